@@ -1,0 +1,54 @@
+// kvtile/detail/reduce.hpp: the canonical reduction order shared by host and device.
+//
+// Float sums depend on order, so kvtile defines one: the halving tree. For n a
+// power of two, `for (h = n/2; h >= 1; h /= 2) v[i] += v[i + h] (i < h)`; the
+// result is v[0]. On the device, strides >= 32 are lane-local adds and strides
+// 16..1 are __shfl_xor_sync butterflies, which compute the same sums.
+#pragma once
+
+#include "bits.hpp"
+
+namespace kvtile::detail {
+
+// In-place halving-tree sum of v[0..n), n a power of two. Destroys v.
+KVTILE_HOST_DEVICE float tree_sum_inplace(float* v, int n) {
+  for (int h = n / 2; h >= 1; h /= 2)
+    for (int i = 0; i < h; ++i) v[i] = add(v[i], v[i + h]);
+  return v[0];
+}
+
+// Unbiased standard deviation of v[0..n) (n >= 2, power of two) in canonical
+// order: mean = tree(v) / n; var = tree((v - mean)^2) / (n - 1). tmp holds n floats.
+KVTILE_HOST_DEVICE float canonical_std(const float* v, int n, float* tmp) {
+  for (int i = 0; i < n; ++i) tmp[i] = v[i];
+  const float mean = div(tree_sum_inplace(tmp, n), static_cast<float>(n));
+  for (int i = 0; i < n; ++i) {
+    const float d = sub(v[i], mean);
+    tmp[i] = mul(d, d);
+  }
+  return sqrt(div(tree_sum_inplace(tmp, n), static_cast<float>(n - 1)));
+}
+
+// Column standard deviations of a row-major R x C matrix, each in canonical
+// order over its R entries (the tree runs over rows, vectorised over columns).
+// tmp holds R*C floats.
+KVTILE_HOST_DEVICE void canonical_col_std(const float* m, int rows, int cols, float* out, float* tmp) {
+  for (int i = 0; i < rows * cols; ++i) tmp[i] = m[i];
+  for (int h = rows / 2; h >= 1; h /= 2)
+    for (int r = 0; r < h; ++r)
+      for (int c = 0; c < cols; ++c) tmp[r * cols + c] = add(tmp[r * cols + c], tmp[(r + h) * cols + c]);
+  const float n = static_cast<float>(rows);
+  for (int c = 0; c < cols; ++c) out[c] = div(tmp[c], n);  // means
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const float d = sub(m[r * cols + c], out[c]);
+      tmp[r * cols + c] = mul(d, d);
+    }
+  for (int h = rows / 2; h >= 1; h /= 2)
+    for (int r = 0; r < h; ++r)
+      for (int c = 0; c < cols; ++c) tmp[r * cols + c] = add(tmp[r * cols + c], tmp[(r + h) * cols + c]);
+  const float n1 = static_cast<float>(rows - 1);
+  for (int c = 0; c < cols; ++c) out[c] = sqrt(div(tmp[c], n1));
+}
+
+}  // namespace kvtile::detail

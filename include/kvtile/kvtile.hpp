@@ -1,0 +1,20 @@
+// kvtile/kvtile.hpp: umbrella header for the host library (no CUDA needed).
+#pragma once
+
+#include "config.hpp"
+#include "version.hpp"
+#include "status.hpp"
+#include "numeric/half.hpp"
+#include "numeric/bfloat16.hpp"
+#include "numeric/float_e4m3.hpp"
+#include "tile_config.hpp"
+#include "rotation/hadamard.hpp"
+#include "rotation/identity.hpp"
+#include "normalization/sinkhorn.hpp"
+#include "rounding/asymmetric_rtn.hpp"
+#include "packing/fp8_scales.hpp"
+#include "packing/fp16_scales.hpp"
+#include "codec/tile_codec.hpp"
+#include "codec/record_view.hpp"
+#include "presets.hpp"
+#include "dispatch.hpp"

@@ -1,0 +1,139 @@
+// kvtile/normalization/sinkhorn.hpp: log-domain Sinkhorn variance normalization,
+// best-so-far (method.md section 2).
+//
+// On one tile X[R x C] (keys: R = D channels, C = G tokens; values: R = G
+// tokens, C = D channels) it finds a column scale Sc[C] and a row scale Sr[R]
+// such that X / Sc / Sr has balanced row and column standard deviations.
+// Only Sc reaches the record: per-row min-max RTN absorbs Sr exactly.
+//
+// Every float operation is a detail:: call in a fixed order (canonical
+// halving-tree sums, kvtile's own exp/log), so the device implementation in
+// device/block/ can reproduce the host's scales bit for bit.
+#pragma once
+
+#include <cstddef>
+
+#include "../config.hpp"
+#include "../detail/bits.hpp"
+#include "../detail/fastmath.hpp"
+#include "../detail/reduce.hpp"
+
+namespace kvtile {
+
+namespace detail {
+// Constants of method.md section 2 (fp32).
+struct sinkhorn_constants {
+  static constexpr float std_min = 1e-3f;
+  static constexpr float std_max = 1e3f;
+  static constexpr float log_min = -0.3f;
+  static constexpr float log_max = 10.0f;
+  static constexpr float imb_floor = 1e-8f;
+};
+
+// imb = max(col std) / max(min(col std), 1e-8) + max(row std) / max(min(row std), 1e-8)
+KVTILE_HOST_DEVICE float imbalance_term(float vmax, float vmin) {
+  return div(vmax, fmax(vmin, sinkhorn_constants::imb_floor));
+}
+
+KVTILE_HOST_DEVICE void min_max(const float* v, int n, float& lo, float& hi) {
+  lo = v[0];
+  hi = v[0];
+  for (int i = 1; i < n; ++i) {
+    lo = fmin(lo, v[i]);
+    hi = fmax(hi, v[i]);
+  }
+}
+
+// One log-domain update: L = clip(L + ln(clamp(std)), -0.3, 10); returns e^L.
+KVTILE_HOST_DEVICE float sinkhorn_update(float& log_scale, float std_dev) {
+  using k = sinkhorn_constants;
+  const float s = clamp(std_dev, k::std_min, k::std_max);
+  log_scale = clamp(add(log_scale, detail::log(s)), k::log_min, k::log_max);
+  return detail::exp(log_scale);
+}
+}  // namespace detail
+
+template <int Iterations = 8>
+struct sinkhorn {
+  static_assert(Iterations >= 0 && Iterations <= 64, "sinkhorn iterations must be in [0, 64]");
+  static constexpr int iterations = Iterations;
+  static constexpr bool is_none = false;
+  static constexpr const char* name = "sinkhorn";
+
+  template <int R, int C>
+  static constexpr std::size_t scratch_floats = 2u * R * C + 3u * (R + C);
+
+  // X: row-major R x C. Writes the best column scale to col_scale[C] and row
+  // scale to row_scale[R]; returns the best imbalance (2 = perfectly balanced).
+  // Ties go to the later iterate. scratch holds scratch_floats<R, C> floats.
+  template <int R, int C>
+  static float run(const float* X, float* col_scale, float* row_scale, float* scratch) {
+    float* cur = scratch;
+    float* tmp = cur + R * C;
+    float* col_std = tmp + R * C;
+    float* row_std = col_std + C;
+    float* lc = row_std + R;
+    float* lr = lc + C;
+    float* ec = lr + R;
+    float* er = ec + C;
+    // layout: cur[RC] tmp[RC] col_std[C] row_std[R] lc[C] lr[R] ec[C] er[R]
+
+    for (int i = 0; i < R * C; ++i) cur[i] = X[i];
+    for (int c = 0; c < C; ++c) { lc[c] = 0.0f; ec[c] = 1.0f; col_scale[c] = 1.0f; }
+    for (int r = 0; r < R; ++r) { lr[r] = 0.0f; er[r] = 1.0f; row_scale[r] = 1.0f; }
+
+    auto row_stds = [&]() {
+      for (int r = 0; r < R; ++r) row_std[r] = detail::canonical_std(cur + r * C, C, tmp);
+    };
+    auto imbalance = [&]() {
+      float cmin, cmax, rmin, rmax;
+      detail::min_max(col_std, C, cmin, cmax);
+      detail::min_max(row_std, R, rmin, rmax);
+      return detail::add(detail::imbalance_term(cmax, cmin), detail::imbalance_term(rmax, rmin));
+    };
+    auto rescale = [&]() {
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) cur[r * C + c] = detail::div(detail::div(X[r * C + c], ec[c]), er[r]);
+    };
+
+    detail::canonical_col_std(cur, R, C, col_std, tmp);
+    row_stds();
+    float best = imbalance();
+
+    for (int it = 0; it < Iterations; ++it) {
+      for (int c = 0; c < C; ++c) ec[c] = detail::sinkhorn_update(lc[c], col_std[c]);
+      rescale();
+      row_stds();
+      for (int r = 0; r < R; ++r) er[r] = detail::sinkhorn_update(lr[r], row_std[r]);
+      rescale();
+      detail::canonical_col_std(cur, R, C, col_std, tmp);
+      row_stds();
+      const float m = imbalance();
+      if (m <= best) {
+        best = m;
+        for (int c = 0; c < C; ++c) col_scale[c] = ec[c];
+        for (int r = 0; r < R; ++r) row_scale[r] = er[r];
+      }
+    }
+    return best;
+  }
+};
+
+// No normalization: unit scales (baselines kivi and rotate_rtn).
+struct no_normalization {
+  static constexpr int iterations = 0;
+  static constexpr bool is_none = true;
+  static constexpr const char* name = "none";
+
+  template <int R, int C>
+  static constexpr std::size_t scratch_floats = 0;
+
+  template <int R, int C>
+  static float run(const float*, float* col_scale, float* row_scale, float*) {
+    for (int c = 0; c < C; ++c) col_scale[c] = 1.0f;
+    for (int r = 0; r < R; ++r) row_scale[r] = 1.0f;
+    return 0.0f;
+  }
+};
+
+}  // namespace kvtile

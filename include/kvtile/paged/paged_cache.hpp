@@ -1,0 +1,96 @@
+// kvtile/paged/paged_cache.hpp: non-owning view of a paged, quantized KV cache.
+//
+// Storage (all device memory when used by kernels; plain host memory works for
+// the host model in tests):
+//   pages      [num_pages][kv_heads][record_bytes]   one record per (page, KV head);
+//                                                    a page holds one tile (G tokens)
+//   page_table [num_seqs][max_pages_per_seq] int32   page of tile i of sequence s
+//   seq_lens   [num_seqs] int32                      tokens in sequence s
+//   tail_k/v   [num_seqs][kv_heads][G][D] fp16       the tile still filling, ROTATED
+//   sink_k/v   [num_seqs][kv_heads][G][D] fp16       optional: the first tile kept
+//                                                    unquantized (ROTATED); null = off
+// Sequence s with length L holds n_full = L / G complete tiles and L % G tail
+// tokens. Complete tile i lives in page page_table[s][i], except that with the
+// sink on, tile 0 lives in sink_k/v[s] and page_table[s][0] is not read.
+// The view is passed by value to kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../config.hpp"
+#include "../numeric/half.hpp"
+#include "../status.hpp"
+
+namespace kvtile {
+
+struct paged_cache_view {
+  std::uint8_t* pages = nullptr;
+  const std::int32_t* page_table = nullptr;
+  const std::int32_t* seq_lens = nullptr;
+  half_t* tail_k = nullptr;
+  half_t* tail_v = nullptr;
+  half_t* sink_k = nullptr;  // null: sink off
+  half_t* sink_v = nullptr;
+  std::int32_t num_seqs = 0;
+  std::int32_t kv_heads = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t tile_tokens = 0;
+  std::int32_t max_pages_per_seq = 0;
+  std::int32_t num_pages = 0;
+  std::int64_t record_bytes = 0;
+
+  KVTILE_HOST_DEVICE bool has_sink() const { return sink_k != nullptr; }
+
+  KVTILE_HOST_DEVICE std::uint8_t* record(std::int32_t page, std::int32_t head) const {
+    return pages + (static_cast<std::int64_t>(page) * kv_heads + head) * record_bytes;
+  }
+  // First element of the fp16 tail (or sink) tile of (seq, head): G x D, token-major.
+  KVTILE_HOST_DEVICE std::int64_t tile_offset(std::int32_t seq, std::int32_t head) const {
+    return (static_cast<std::int64_t>(seq) * kv_heads + head) * tile_tokens * head_dim;
+  }
+};
+
+// Structural checks a launcher runs before touching device memory: pointers
+// present, sizes in range, records 16-byte aligned, sink pointers paired.
+inline status validate_structure(const paged_cache_view& v, std::int64_t expected_record_bytes, int expected_head_dim,
+                                 int expected_tile_tokens) {
+  if (!v.pages || !v.page_table || !v.seq_lens || !v.tail_k || !v.tail_v) return status::null_pointer;
+  if ((v.sink_k == nullptr) != (v.sink_v == nullptr)) return status::invalid_argument;
+  if (v.head_dim != expected_head_dim) return status::unsupported_head_dim;
+  if (v.tile_tokens != expected_tile_tokens) return status::unsupported_tile_tokens;
+  if (v.record_bytes != expected_record_bytes) return status::invalid_argument;
+  if (v.num_seqs < 0 || v.kv_heads <= 0 || v.max_pages_per_seq < 0 || v.num_pages < 0) return status::invalid_argument;
+  if (reinterpret_cast<std::uintptr_t>(v.pages) % 16 != 0 || v.record_bytes % 16 != 0) return status::misaligned;
+  if (reinterpret_cast<std::uintptr_t>(v.tail_k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(v.tail_v) % 16 != 0)
+    return status::misaligned;
+  if (v.sink_k && (reinterpret_cast<std::uintptr_t>(v.sink_k) % 16 != 0 ||
+                   reinterpret_cast<std::uintptr_t>(v.sink_v) % 16 != 0))
+    return status::misaligned;
+  return status::success;
+}
+
+// Checks a host copy of the page table and lengths against the view: every
+// length >= 0 and within max_pages_per_seq * G (+ nothing else), every page a
+// complete tile needs in [0, num_pages), and no page used twice.
+inline status validate_tables(const paged_cache_view& v, const std::int32_t* host_page_table,
+                              const std::int32_t* host_seq_lens, std::uint8_t* scratch_page_marks = nullptr) {
+  if (!host_page_table || !host_seq_lens) return status::null_pointer;
+  for (std::int32_t s = 0; s < v.num_seqs; ++s) {
+    const std::int64_t len = host_seq_lens[s];
+    if (len < 0) return status::invalid_argument;
+    const std::int64_t full = len / v.tile_tokens;
+    if (full > v.max_pages_per_seq) return status::invalid_argument;
+    for (std::int64_t i = (v.has_sink() ? 1 : 0); i < full; ++i) {
+      const std::int32_t p = host_page_table[static_cast<std::int64_t>(s) * v.max_pages_per_seq + i];
+      if (p < 0 || p >= v.num_pages) return status::invalid_argument;
+      if (scratch_page_marks) {
+        if (scratch_page_marks[p]) return status::invalid_argument;
+        scratch_page_marks[p] = 1;
+      }
+    }
+  }
+  return status::success;
+}
+
+}  // namespace kvtile
