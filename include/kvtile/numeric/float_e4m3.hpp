@@ -71,7 +71,7 @@ struct alignas(1) float_e4m3_t {
   }
 
   KVTILE_HOST_DEVICE static float to_float_bits(std::uint8_t c) {
-    const std::uint32_t sign = static_cast<std::uint32_t>(c & 0x80u) << 24;
+    const std::uint32_t sign = (c & 0x80u) << 24;
     const std::uint32_t e = (c >> 3) & 0xfu;
     const std::uint32_t m = c & 7u;
     if (e == 0xfu && m == 7u) return detail::float_from_bits(0x7fffffffu);

@@ -70,7 +70,7 @@ struct alignas(2) half_t {
   }
 
   KVTILE_HOST_DEVICE static float to_float_bits(std::uint16_t h) {
-    const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+    const std::uint32_t sign = (h & 0x8000u) << 16;
     const std::uint32_t e = (h >> 10) & 0x1fu;
     const std::uint32_t m = h & 0x3ffu;
     if (e == 0x1fu) return detail::float_from_bits(m != 0 ? 0x7fffffffu : (sign | 0x7f800000u));
