@@ -1,0 +1,391 @@
+// bench/device/attention.cu: paged decode attention on the quantized cache vs
+// the fp16 baseline of the same kernel family, against a same-run read-bandwidth
+// ceiling. L2 is flushed (a 512 MB memset) before every timed launch; each
+// number is the median of N >= 50 CUDA-event timings of one decode step (both
+// kernels: attention + split merge).
+//
+// Usage: attention [--json FILE] [--iters N]
+// The quantized caches are filled from a pool of 64 records encoded on the host
+// from random data (real records, replicated over the pages in a random page
+// order); the fp16 caches hold random values.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <kvtile/attention/paged_decode.cuh>
+#include <kvtile/kvtile.hpp>
+
+using namespace kvtile;
+
+#define BCUDA(expr)                                                                              \
+  do {                                                                                           \
+    cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", #expr, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+namespace {
+
+int g_iters = 60;
+void* g_flush = nullptr;
+const std::size_t g_flush_bytes = 512ull << 20;
+
+__global__ void read_ceiling_kernel(const uint4* __restrict__ p, std::size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride), d = __ldcs(p + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 a = p[i];
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+__global__ void fill_random_half(std::uint16_t* p, std::size_t n, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    const float u = static_cast<float>(x & 0xffffff) / 16777216.0f * 4.0f - 2.0f;
+    p[i] = __half_as_ushort(__float2half_rn(u));
+  }
+}
+
+// pages[i] = pool[perm(i) % pool_n], record by record (uint4 granularity).
+__global__ void replicate_records(uint4* pages, std::size_t n_records, const uint4* pool, int pool_n, int rec_u4) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n_records * rec_u4;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t r = i / rec_u4, w = i % rec_u4;
+    const std::size_t src = (r * 2654435761ull) % pool_n;
+    pages[i] = pool[src * rec_u4 + w];
+  }
+}
+
+template <class F>
+double time_median(F&& launch) {
+  cudaEvent_t a, b;
+  BCUDA(cudaEventCreate(&a));
+  BCUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> t;
+  for (int i = 0; i < g_iters; ++i) {
+    BCUDA(cudaMemsetAsync(g_flush, i & 0xff, g_flush_bytes));
+    BCUDA(cudaEventRecord(a));
+    launch();
+    BCUDA(cudaEventRecord(b));
+    BCUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BCUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  BCUDA(cudaGetLastError());
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return 1000.0 * t[t.size() / 2];
+}
+
+double read_ceiling_gbs() {
+  const std::size_t bytes = 4ull << 30;
+  void* buf;
+  BCUDA(cudaMalloc(&buf, bytes));
+  BCUDA(cudaMemset(buf, 1, bytes));
+  unsigned* sink;
+  BCUDA(cudaMalloc(&sink, 4));
+  int sms = 0;
+  BCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  double best = 0;
+  for (int blocks_per_sm : {4, 8}) {
+    const double us = time_median([&] {
+      read_ceiling_kernel<<<sms * blocks_per_sm, 512>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
+    });
+    best = std::max(best, bytes / us / 1e3);
+  }
+  cudaFree(buf);
+  cudaFree(sink);
+  return best;
+}
+
+struct shape {
+  int B, Hq, Hkv, D, L;
+};
+
+struct result {
+  std::string kernel;
+  shape s;
+  double us, bytes, gbs, frac, speedup;
+  int splits;
+};
+
+std::vector<result> g_results;
+double g_ceiling = 0;
+
+void print_result(const result& r) {
+  std::printf("%-16s %4d %4d %4d %4d %7d %6d %10.2f %9.0f %7.1f%% %7.1f %7.2fx\n", r.kernel.c_str(), r.s.B, r.s.Hq,
+              r.s.Hkv, r.s.D, r.s.L, r.splits, r.us, r.gbs, 100 * r.frac, r.bytes / 1e6, r.speedup);
+  std::fflush(stdout);
+}
+
+struct queries {
+  void* q = nullptr;
+  void* out = nullptr;
+  void* ws = nullptr;
+  std::size_t ws_bytes = 0;
+};
+
+queries make_queries(const shape& s) {
+  queries q;
+  const std::size_t n = static_cast<std::size_t>(s.B) * s.Hq * s.D;
+  BCUDA(cudaMalloc(&q.q, n * 2));
+  BCUDA(cudaMalloc(&q.out, n * 2));
+  fill_random_half<<<256, 256>>>(static_cast<std::uint16_t*>(q.q), n, 99);
+  q.ws_bytes = static_cast<std::size_t>(s.B) * s.Hq * 256 * (s.D + 2) * 4 + 4096;
+  BCUDA(cudaMalloc(&q.ws, q.ws_bytes));
+  return q;
+}
+void free_queries(queries& q) {
+  cudaFree(q.q);
+  cudaFree(q.out);
+  cudaFree(q.ws);
+}
+
+std::vector<std::int32_t> random_page_table(int B, int pages_per_seq, std::mt19937_64& rng) {
+  std::vector<std::int32_t> perm(static_cast<std::size_t>(B) * pages_per_seq);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  return perm;
+}
+
+double fp16_baseline(const shape& s) {
+  constexpr int D = 128;
+  constexpr int PT = attention::fp16_kernel_traits<D>::page_tokens;
+  std::mt19937_64 rng(1);
+  const int pps = (s.L + PT - 1) / PT;
+  const std::size_t n = static_cast<std::size_t>(s.B) * pps * s.Hkv * PT * D;
+  half_t *k, *v;
+  BCUDA(cudaMalloc(&k, n * 2));
+  BCUDA(cudaMalloc(&v, n * 2));
+  fill_random_half<<<1024, 256>>>(reinterpret_cast<std::uint16_t*>(k), n, 1);
+  fill_random_half<<<1024, 256>>>(reinterpret_cast<std::uint16_t*>(v), n, 2);
+  auto pt = random_page_table(s.B, pps, rng);
+  std::vector<std::int32_t> lens(s.B, s.L);
+  std::int32_t *dpt, *dl;
+  BCUDA(cudaMalloc(&dpt, pt.size() * 4));
+  BCUDA(cudaMalloc(&dl, lens.size() * 4));
+  BCUDA(cudaMemcpy(dpt, pt.data(), pt.size() * 4, cudaMemcpyHostToDevice));
+  BCUDA(cudaMemcpy(dl, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  fp16_paged_cache_view cv;
+  cv.k = k;
+  cv.v = v;
+  cv.page_table = dpt;
+  cv.seq_lens = dl;
+  cv.num_seqs = s.B;
+  cv.kv_heads = s.Hkv;
+  cv.head_dim = D;
+  cv.page_tokens = PT;
+  cv.max_pages_per_seq = pps;
+  cv.num_pages = s.B * pps;
+  queries q = make_queries(s);
+  attention::decode_args<half_t> a;
+  a.q = static_cast<const half_t*>(q.q);
+  a.out = static_cast<half_t*>(q.out);
+  a.q_heads = s.Hq;
+  a.softmax_scale = 1.0f / std::sqrt(128.0f);
+  a.workspace = q.ws;
+  a.workspace_bytes = q.ws_bytes;
+  status st = attention::paged_decode_fp16<D>(cv, a);
+  if (st != status::success) {
+    std::fprintf(stderr, "fp16 baseline: %s\n", to_string(st));
+    std::exit(1);
+  }
+  const double us = time_median([&] { attention::paged_decode_fp16<D>(cv, a); });
+  const double bytes = static_cast<double>(s.B) * s.Hkv * s.L * D * 2 * 2;
+  g_results.push_back({"fp16_baseline", s, us, bytes, bytes / us / 1e3, bytes / us / 1e3 / g_ceiling, 1.0,
+                       attention::plan_splits_fp16<D>(cv, s.Hq)});
+  print_result(g_results.back());
+  free_queries(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(dpt);
+  cudaFree(dl);
+  return us;
+}
+
+template <class Codec>
+void quant_run(const char* name, const shape& s, double fp16_us) {
+  constexpr int D = Codec::D, G = Codec::G;
+  constexpr std::size_t RB = Codec::record_bytes;
+  std::mt19937_64 rng(7);
+  // Pool of real records.
+  const int pool_n = 64;
+  std::vector<std::uint8_t> pool(pool_n * RB);
+  {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<half_t> kt(static_cast<std::size_t>(G) * D), vt(kt.size());
+    auto* ws = new typename Codec::workspace;
+    for (int i = 0; i < pool_n; ++i) {
+      for (std::size_t e = 0; e < kt.size(); ++e) {
+        kt[e] = half_t(nd(rng) * (1.0f + (e % D == 3 ? 6.0f : 0.0f)));
+        vt[e] = half_t(nd(rng));
+      }
+      Codec::encode(kt.data(), D, vt.data(), D, pool.data() + i * RB, ws);
+    }
+    delete ws;
+  }
+  const int pps = s.L / G;
+  const int tail = s.L % G;
+  const std::size_t n_rec = static_cast<std::size_t>(s.B) * pps * s.Hkv;
+  std::uint8_t *pages, *dpool;
+  BCUDA(cudaMalloc(&pages, n_rec * RB));
+  BCUDA(cudaMalloc(&dpool, pool.size()));
+  BCUDA(cudaMemcpy(dpool, pool.data(), pool.size(), cudaMemcpyHostToDevice));
+  replicate_records<<<2048, 256>>>(reinterpret_cast<uint4*>(pages), n_rec, reinterpret_cast<const uint4*>(dpool), pool_n,
+                                   static_cast<int>(RB / 16));
+  BCUDA(cudaGetLastError());
+  auto pt = random_page_table(s.B, std::max(pps, 1), rng);
+  std::vector<std::int32_t> lens(s.B, s.L);
+  std::int32_t *dpt, *dl;
+  BCUDA(cudaMalloc(&dpt, pt.size() * 4));
+  BCUDA(cudaMalloc(&dl, lens.size() * 4));
+  BCUDA(cudaMemcpy(dpt, pt.data(), pt.size() * 4, cudaMemcpyHostToDevice));
+  BCUDA(cudaMemcpy(dl, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  const std::size_t tail_n = static_cast<std::size_t>(s.B) * s.Hkv * G * D;
+  half_t *tk, *tv;
+  BCUDA(cudaMalloc(&tk, tail_n * 2));
+  BCUDA(cudaMalloc(&tv, tail_n * 2));
+  fill_random_half<<<256, 256>>>(reinterpret_cast<std::uint16_t*>(tk), tail_n, 3);
+  fill_random_half<<<256, 256>>>(reinterpret_cast<std::uint16_t*>(tv), tail_n, 4);
+  paged_cache_view cv;
+  cv.pages = pages;
+  cv.page_table = dpt;
+  cv.seq_lens = dl;
+  cv.tail_k = tk;
+  cv.tail_v = tv;
+  cv.num_seqs = s.B;
+  cv.kv_heads = s.Hkv;
+  cv.head_dim = D;
+  cv.tile_tokens = G;
+  cv.max_pages_per_seq = std::max(pps, 1);
+  cv.num_pages = static_cast<int>(s.B * std::max(pps, 1));
+  cv.record_bytes = static_cast<std::int64_t>(RB);
+  queries q = make_queries(s);
+  attention::decode_args<half_t> a;
+  a.q = static_cast<const half_t*>(q.q);
+  a.out = static_cast<half_t*>(q.out);
+  a.q_heads = s.Hq;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.workspace = q.ws;
+  a.workspace_bytes = q.ws_bytes;
+  status st = attention::paged_decode<Codec>(cv, a);
+  if (st != status::success) {
+    std::fprintf(stderr, "%s: %s\n", name, to_string(st));
+    std::exit(1);
+  }
+  BCUDA(cudaDeviceSynchronize());
+  const double us = time_median([&] { attention::paged_decode<Codec>(cv, a); });
+  const double bytes = static_cast<double>(n_rec) * RB + static_cast<double>(s.B) * s.Hkv * tail * D * 4;
+  g_results.push_back({name, s, us, bytes, bytes / us / 1e3, bytes / us / 1e3 / g_ceiling, fp16_us / us,
+                       attention::plan_splits<Codec>(cv, s.Hq)});
+  print_result(g_results.back());
+  free_queries(q);
+  cudaFree(pages);
+  cudaFree(dpool);
+  cudaFree(dpt);
+  cudaFree(dl);
+  cudaFree(tk);
+  cudaFree(tv);
+}
+
+template <class Codec>
+void print_size(const char* name, const char* packing) {
+  constexpr int D = Codec::D;
+  const double per_token = static_cast<double>(Codec::record_bytes) / Codec::G;  // one KV head
+  std::printf("  %-10s %-11s record %6zu B  %7.2f B/token/head  %6.1f B/token (8 KV heads)  %.3f bits/elem  %.2fx capacity vs fp16\n",
+              name, packing, Codec::record_bytes, per_token, 8 * per_token, Codec::bits_per_element,
+              (2.0 * 2 * D) / per_token);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  const char* json = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(50, std::atoi(argv[++i]));
+  }
+  cudaDeviceProp prop;
+  BCUDA(cudaGetDeviceProperties(&prop, 0));
+  BCUDA(cudaMalloc(&g_flush, g_flush_bytes));
+  using namespace kvtile::presets;
+  std::printf("bytes per token (D=128; fp16 = 512 B/token/head):\n");
+  print_size<k4v2_g128<128>>("k4v2_g128", "fp8_scales");
+  print_size<k4v4_g128<128>>("k4v4_g128", "fp8_scales");
+  print_size<k2v2_g128<128>>("k2v2_g128", "fp8_scales");
+  print_size<k4v2_g64<128>>("k4v2_g64", "fp8_scales");
+  print_size<k4v4_g64<128>>("k4v4_g64", "fp8_scales");
+  print_size<k4v2_g128<128, fp16_scales>>("k4v2_g128", "fp16_scales");
+  print_size<k4v4_g128<128, fp16_scales>>("k4v4_g128", "fp16_scales");
+  print_size<k2v2_g128<128, fp16_scales>>("k2v2_g128", "fp16_scales");
+  print_size<k4v2_g64<128, fp16_scales>>("k4v2_g64", "fp16_scales");
+
+  g_ceiling = read_ceiling_gbs();
+  std::printf("device %s, %d SMs; read ceiling (read-only kernel, 4 GiB): %.0f GB/s; iterations %d (median)\n", prop.name,
+              prop.multiProcessorCount, g_ceiling, g_iters);
+  std::printf("%-16s %4s %4s %4s %4s %7s %6s %10s %9s %8s %7s %8s\n", "kernel", "B", "Hq", "Hkv", "D", "tokens", "splits",
+              "us", "GB/s", "ceil%", "MB", "vs fp16");
+  const shape shapes[] = {{1, 32, 8, 128, 16384},  {8, 32, 8, 128, 16384}, {32, 32, 8, 128, 16384},
+                          {16, 32, 8, 128, 65536}, {64, 32, 8, 128, 8192}, {1, 32, 8, 128, 131072}};
+  for (const shape& s : shapes) {
+    const double f = fp16_baseline(s);
+    quant_run<k4v2_g128<128>>("k4v2_g128", s, f);
+    quant_run<k4v4_g128<128>>("k4v4_g128", s, f);
+    quant_run<k2v2_g128<128>>("k2v2_g128", s, f);
+    quant_run<k4v2_g128<128, fp16_scales>>("k4v2_g128_fp16s", s, f);
+  }
+  std::printf("\nsummary\n%-16s %4s %4s %4s %4s %7s %6s %10s %9s %8s %7s %8s\n", "kernel", "B", "Hq", "Hkv", "D", "tokens", "splits",
+              "us", "GB/s", "ceil%", "MB", "vs fp16");
+  for (const auto& r : g_results) print_result(r);
+  if (json) {
+    FILE* f = std::fopen(json, "w");
+    if (f) {
+      std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"read_ceiling_gbs\": %.1f,\n  \"iterations\": %d,\n  \"results\": [\n",
+                   prop.name, g_ceiling, g_iters);
+      for (std::size_t i = 0; i < g_results.size(); ++i) {
+        const auto& r = g_results[i];
+        std::fprintf(f,
+                     "    {\"kernel\": \"%s\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
+                     "\"tokens\": %d, \"splits\": %d, \"us\": %.3f, \"bytes\": %.0f, \"gbs\": %.1f, \"ceiling_fraction\": %.4f, "
+                     "\"speedup_vs_fp16_baseline\": %.3f}%s\n",
+                     r.kernel.c_str(), r.s.B, r.s.Hq, r.s.Hkv, r.s.D, r.s.L, r.splits, r.us, r.bytes, r.gbs, r.frac,
+                     r.speedup, i + 1 < g_results.size() ? "," : "");
+      }
+      std::fprintf(f, "  ]\n}\n");
+      std::fclose(f);
+    }
+  }
+  cudaFree(g_flush);
+  return 0;
+}

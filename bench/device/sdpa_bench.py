@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""PyTorch scaled_dot_product_attention decode timings (cuDNN and flash backends,
+enable_gqa=True) on the shapes of bench/device/attention.cu, for comparison.
+
+One query token per sequence; K/V fp16 [B, Hkv, L, D] dense (no paging). L2 is
+flushed (512 MB zero fill) before every timed call; median of N CUDA-event timings.
+Usage: python3 bench/device/sdpa_bench.py [--json FILE] [--iters N]
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+SHAPES = [(1, 32, 8, 128, 16384), (8, 32, 8, 128, 16384), (32, 32, 8, 128, 16384),
+          (16, 32, 8, 128, 65536), (64, 32, 8, 128, 8192), (1, 32, 8, 128, 131072)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--iters", type=int, default=60)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
+    results = []
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    print(f"{'backend':8} {'B':>4} {'Hq':>4} {'Hkv':>4} {'D':>4} {'tokens':>7} {'us':>10} {'GB/s':>8}")
+    for (B, Hq, Hkv, D, L) in SHAPES:
+        q = torch.randn(B, Hq, 1, D, device=dev, dtype=torch.float16)
+        k = torch.randn(B, Hkv, L, D, device=dev, dtype=torch.float16)
+        v = torch.randn(B, Hkv, L, D, device=dev, dtype=torch.float16)
+        nbytes = 2 * k.numel() * 2
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            try:
+                with sdpa_kernel(backend):
+                    for _ in range(3):
+                        F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                    torch.cuda.synchronize()
+                    times = []
+                    for _ in range(max(50, args.iters)):
+                        flush.zero_()
+                        a = torch.cuda.Event(enable_timing=True)
+                        b = torch.cuda.Event(enable_timing=True)
+                        a.record()
+                        F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                        b.record()
+                        b.synchronize()
+                        times.append(a.elapsed_time(b) * 1000.0)
+                us = statistics.median(times)
+                gbs = nbytes / us / 1e3
+                print(f"{name:8} {B:4d} {Hq:4d} {Hkv:4d} {D:4d} {L:7d} {us:10.2f} {gbs:8.0f}")
+                results.append(dict(backend=name, batch=B, q_heads=Hq, kv_heads=Hkv, head_dim=D, tokens=L, us=us,
+                                    bytes=nbytes, gbs=gbs))
+            except Exception as e:  # backend unavailable for this shape
+                msg = str(e).splitlines()[0][:100] if str(e) else type(e).__name__
+                print(f"{name:8} {B:4d} {Hq:4d} {Hkv:4d} {D:4d} {L:7d}  unavailable: {msg}")
+                results.append(dict(backend=name, batch=B, q_heads=Hq, kv_heads=Hkv, head_dim=D, tokens=L,
+                                    error=msg))
+        del q, k, v
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(torch=torch.__version__, device=torch.cuda.get_device_name(), results=results), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+// kvtile/attention/detail/fragments.cuh: register-level building blocks of the
+// decode kernels: mma.sync m16n8k16, movmatrix, async bulk copies with mbarriers,
+// and the code -> fp16 conversion that turns packed 2- and 4-bit codes into MMA
+// operand registers without touching memory.
+//
+// Code conversion (method.md section 8, decode-kernel.md point 2): a code x in
+// the mantissa of 1024.0 (0x6400) reads as 1024 + x, and one fma.f16x2 with an
+// exact power-of-two scale and bias returns x. A code at bit 2k of a 16-bit half
+// reads as 1024 + 2^(2k) x; the scale 2^(-2k) undoes that, so most codes need no
+// shift. Both halves of a register come from two different code rows merged by
+// one byte permute (prmt): that is how the MMA pairs (two channels of one token
+// for keys, two tokens of one channel for values) are formed from row-major
+// codes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../../config.hpp"
+
+namespace kvtile::attention::detail {
+
+// c += A * B, A 16x16 row-major fp16, B 16x8 col-major fp16, c fp32.
+KVTILE_DEVICE void mma_f16(float (&c)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3,
+                           std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Transposes the warp's 8x8 b16 matrix (thread 4r+t holds row r, columns 2t, 2t+1).
+KVTILE_DEVICE std::uint32_t movmatrix_trans(std::uint32_t x) {
+  std::uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// {lo, hi} -> f16x2 (round to nearest even).
+KVTILE_DEVICE std::uint32_t pack_half2(float lo, float hi) {
+  std::uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+KVTILE_DEVICE void half2_to_float2(std::uint32_t h, float& lo, float& hi) {
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h));
+}
+
+// Four E4M3 bytes (lowest byte first) -> four floats, exact.
+KVTILE_DEVICE void e4m3x4_to_float(std::uint32_t w, float* f) {
+  std::uint32_t h01, h23;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
+      : "=r"(h01), "=r"(h23)
+      : "r"(w));
+  half2_to_float2(h01, f[0], f[1]);
+  half2_to_float2(h23, f[2], f[3]);
+}
+
+KVTILE_DEVICE std::uint32_t hfma2(std::uint32_t a, std::uint32_t b, std::uint32_t c) {
+  std::uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+KVTILE_DEVICE std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
+  std::uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// Loads NB (2, 4, 8, 16 or 32) bytes, aligned to min(NB, 16), into 32-bit words.
+template <int NB>
+KVTILE_DEVICE void load_words(const std::uint8_t* p, std::uint32_t* w) {
+  static_assert(NB == 2 || NB == 4 || NB == 8 || NB == 16 || NB == 32, "unsupported stream size");
+  if constexpr (NB == 2) {
+    w[0] = *reinterpret_cast<const std::uint16_t*>(p);
+  } else if constexpr (NB == 4) {
+    w[0] = *reinterpret_cast<const std::uint32_t*>(p);
+  } else if constexpr (NB == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < NB / 16; ++i) {
+      const uint4 v = *reinterpret_cast<const uint4*>(p + 16 * i);
+      w[4 * i + 0] = v.x;
+      w[4 * i + 1] = v.y;
+      w[4 * i + 2] = v.z;
+      w[4 * i + 3] = v.w;
+    }
+  }
+}
+
+// Two code streams x, y (N codes of Bits bits each, element i at bits
+// [i*Bits, (i+1)*Bits) of the little-endian stream) -> N f16x2 registers,
+// out[i] = {x_i, y_i}. Exact.
+template <int Bits, int N>
+KVTILE_DEVICE void pair_convert(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out) {
+  static_assert(Bits == 2 || Bits == 4, "pair_convert handles 2- and 4-bit codes");
+  static_assert((N * Bits) % 16 == 0, "a stream holds whole 16-bit chunks");
+  constexpr std::uint32_t magic = 0x64006400u;
+  constexpr int chunks = N * Bits / 16;
+  constexpr int per_chunk = 16 / Bits;
+#pragma unroll
+  for (int ck = 0; ck < chunks; ++ck) {
+    const std::uint32_t p = prmt(x[ck / 2], y[ck / 2], (ck & 1) ? 0x7632u : 0x5410u);
+    std::uint32_t* o = out + ck * per_chunk;
+    if constexpr (Bits == 4) {
+      const std::uint32_t p2 = p >> 8;
+      o[0] = hfma2((p & 0x000F000Fu) | magic, 0x3C003C00u, 0xE400E400u);   // 1, -1024
+      o[1] = hfma2((p & 0x00F000F0u) | magic, 0x2C002C00u, 0xD400D400u);   // 1/16, -64
+      o[2] = hfma2((p2 & 0x000F000Fu) | magic, 0x3C003C00u, 0xE400E400u);
+      o[3] = hfma2((p2 & 0x00F000F0u) | magic, 0x2C002C00u, 0xD400D400u);
+    } else {
+      const std::uint32_t p2 = p >> 10;
+      o[0] = hfma2((p & 0x00030003u) | magic, 0x3C003C00u, 0xE400E400u);   // 1, -1024
+      o[1] = hfma2((p & 0x000C000Cu) | magic, 0x34003400u, 0xDC00DC00u);   // 1/4, -256
+      o[2] = hfma2((p & 0x00300030u) | magic, 0x2C002C00u, 0xD400D400u);   // 1/16, -64
+      o[3] = hfma2((p & 0x00C000C0u) | magic, 0x24002400u, 0xCC00CC00u);   // 1/64, -16
+      o[4] = hfma2((p & 0x03000300u) | magic, 0x1C001C00u, 0xC400C400u);   // 1/256, -4
+      o[5] = hfma2((p2 & 0x00030003u) | magic, 0x3C003C00u, 0xE400E400u);
+      o[6] = hfma2((p2 & 0x000C000Cu) | magic, 0x34003400u, 0xDC00DC00u);
+      o[7] = hfma2((p2 & 0x00300030u) | magic, 0x2C002C00u, 0xD400D400u);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- mbarrier + bulk copy
+
+KVTILE_DEVICE std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+KVTILE_DEVICE void mbar_init(std::uint64_t* bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+KVTILE_DEVICE void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+KVTILE_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+KVTILE_DEVICE void mbar_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+// One bulk copy global -> shared, completing on `bar`. bytes % 16 == 0, both 16-byte aligned.
+KVTILE_DEVICE void bulk_copy_g2s(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+KVTILE_DEVICE void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
+  const std::uint32_t a = smem_addr(bar);
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(a),
+      "r"(parity)
+      : "memory");
+}
+
+}  // namespace kvtile::attention::detail

@@ -1,0 +1,40 @@
+// kvtile/attention/fp16_paged_cache.hpp: the unquantized paged fp16 KV cache the
+// fp16 decode baseline reads (docs/attention.md).
+//
+// Storage (device memory):
+//   k, v        [num_pages][kv_heads][page_tokens][head_dim] fp16   (one page = page_tokens
+//                                                                  tokens of every KV head)
+//   page_table  [num_seqs][max_pages_per_seq] int32   page of the i-th page_tokens-chunk of s
+//   seq_lens    [num_seqs] int32
+// A sequence of length L uses ceil(L / page_tokens) pages; the last one may be
+// partly filled (its unused tokens are never read into the result). Vectors are
+// stored as given: rotate nothing (the baseline runs in the original frame).
+#pragma once
+
+#include <cstdint>
+
+#include "../config.hpp"
+#include "../numeric/half.hpp"
+#include "../status.hpp"
+
+namespace kvtile {
+
+struct fp16_paged_cache_view {
+  half_t* k = nullptr;
+  half_t* v = nullptr;
+  const std::int32_t* page_table = nullptr;
+  const std::int32_t* seq_lens = nullptr;
+  std::int32_t num_seqs = 0;
+  std::int32_t kv_heads = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t page_tokens = 0;
+  std::int32_t max_pages_per_seq = 0;
+  std::int32_t num_pages = 0;
+
+  // First element of the (page, head) block: page_tokens x head_dim, token-major.
+  KVTILE_HOST_DEVICE std::int64_t block_offset(std::int32_t page, std::int32_t head) const {
+    return (static_cast<std::int64_t>(page) * kv_heads + head) * page_tokens * head_dim;
+  }
+};
+
+}  // namespace kvtile

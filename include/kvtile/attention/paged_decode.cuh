@@ -1,0 +1,913 @@
+// kvtile/attention/paged_decode.cuh: paged decode attention over the quantized
+// KV cache (method.md sections 7-8), and the same kernel over an fp16 paged
+// cache as a baseline. docs/attention.md describes the design and its numbers.
+//
+//   kvtile::attention::decode_args<half_t> a{q, out, lse, q_heads, 1/sqrt(D)};
+//   size_t ws = kvtile::attention::workspace_bytes<Codec>(cache, q_heads);  // then allocate, set a.workspace
+//   status s = kvtile::attention::paged_decode<Codec>(cache, a, stream);
+//
+// Inputs: queries [num_seqs][q_heads][D] (half_t or bfloat16_t, original frame),
+// the paged cache view (records per (page, KV head), fp16 tail and optional
+// sink in the rotated frame). Output [num_seqs][q_heads][D] in the query type
+// (original frame) and optionally lse[num_seqs][q_heads] = ln sum_t exp(scale q.k_t)
+// (-inf for an empty sequence, whose output is 0).
+//
+// Structure: grid (split, KV head x query group, sequence); a query group is up
+// to 8 query heads of one KV head (the MMA's N). Each warp of a CTA takes whole
+// tiles (a record, the sink or the tail), fetched by one cp.async.bulk per
+// record into a per-warp ring of shared-memory stages; QK and PV run on
+// mma.sync m16n8k16 with codes converted in registers; the scales are folded
+// out of the inner loop; the softmax is online in fp32. Warps merge in shared
+// memory, splits merge by log-sum-exp in a second kernel that also un-rotates.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "../codec/tile_codec.hpp"
+#include "../config.hpp"
+#include "../numeric/bfloat16.hpp"
+#include "../numeric/half.hpp"
+#include "../packing/fp16_scales.hpp"
+#include "../packing/fp8_scales.hpp"
+#include "../paged/paged_cache.hpp"
+#include "../rotation/hadamard.hpp"
+#include "../status.hpp"
+#include "detail/fragments.cuh"
+#include "fp16_paged_cache.hpp"
+
+namespace kvtile::attention {
+
+// Arguments of one decode step. QT: half_t or bfloat16_t.
+template <class QT>
+struct decode_args {
+  const QT* q = nullptr;   // [num_seqs][q_heads][D]
+  QT* out = nullptr;       // [num_seqs][q_heads][D]
+  float* lse = nullptr;    // [num_seqs][q_heads] or null
+  int q_heads = 0;         // a multiple of the cache's kv_heads
+  float softmax_scale = 0; // usually 1/sqrt(D)
+  void* workspace = nullptr;  // workspace_bytes(...) bytes of device memory, 16-byte aligned
+  std::size_t workspace_bytes = 0;
+  int num_splits = 0;      // 0: chosen from the grid size (results do not depend on it beyond fp32 rounding)
+};
+
+namespace detail {
+
+inline constexpr float log2e = 1.4426950408889634f;
+inline constexpr float ln2 = 0.69314718055994531f;
+inline constexpr int max_group = 8;  // query heads per CTA (the MMA's N)
+
+template <class QT>
+KVTILE_DEVICE float load_q(const QT* p) {
+  return QT::from_bits(*reinterpret_cast<const std::uint16_t*>(p)).to_float();
+}
+template <class QT>
+KVTILE_DEVICE void store_q(QT* p, float v) {
+  *reinterpret_cast<std::uint16_t*>(p) = QT::from_float_bits(v);
+}
+
+struct kernel_params {
+  const void* q;
+  int q_heads;
+  int group;      // q_heads / kv_heads
+  int qgroups;    // ceil(group / 8)
+  float scale_log2;
+  int num_splits;
+  float* ws_o;    // [num_seqs * q_heads][num_splits][D]
+  float* ws_ml;   // [num_seqs * q_heads][num_splits][2]
+};
+
+// Shared-memory plan of a decode CTA.
+template <int D, int W, int Stages, std::size_t StageBytes>
+struct smem_plan {
+  static constexpr int q_stride = D + 16;  // floats; keeps the 16-byte query reads conflict-free
+  static constexpr std::size_t qn = 0;
+  static constexpr std::size_t nf = qn + sizeof(float) * max_group * q_stride;
+  static constexpr std::size_t bars = nf + sizeof(float) * max_group;
+  static constexpr std::size_t stages = (bars + 8 * W * Stages + 127) / 128 * 128;
+  static constexpr std::size_t stage_bytes = (StageBytes + 127) / 128 * 128;
+  static constexpr std::size_t bytes = stages + stage_bytes * W * Stages;
+  // Epilogue reuse of the stage area: per warp O [8][D + 4], m [8], l [8].
+  static constexpr int o_stride = D + 4;
+  static constexpr std::size_t merge_bytes = sizeof(float) * W * max_group * (o_stride + 2);
+  static_assert(merge_bytes <= stage_bytes * W * Stages, "epilogue scratch must fit in the stage area");
+};
+
+inline constexpr std::size_t smem_budget = 222 * 1024;
+
+template <std::size_t StageBytes, int Stages>
+constexpr int warps_for() {
+  const std::size_t per_warp = (StageBytes + 127) / 128 * 128 * Stages + 8 * Stages;
+  const std::size_t w = (smem_budget - 8 * 1024) / per_warp;
+  return w >= 8 ? 8 : (w < 1 ? 1 : static_cast<int>(w));
+}
+
+// Rotates (FWHT), scales and normalizes the CTA's query rows into shared memory:
+// qn[row][d] = (q H)[d] * scale * log2(e) / nf[row], nf[row] a power of two with
+// max |qn[row]| in [1, 2). Rows past the group are zero.
+template <class QT, int D, int W, bool Rotate>
+KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg, float* qn, float* nf) {
+  constexpr int q_stride = D + 16;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int row = warp; row < max_group; row += W) {
+    float* v = qn + row * q_stride;
+    const int gi = qg * max_group + row;
+    const bool valid = gi < p.group;
+    const QT* src = static_cast<const QT*>(p.q) + (static_cast<std::int64_t>(seq) * p.q_heads + kvh * p.group + gi) * D;
+    for (int d = lane; d < D; d += 32) v[d] = valid ? load_q<QT>(src + d) : 0.0f;
+    __syncwarp();
+    for (int h = 1; Rotate && h < D; h *= 2) {
+      for (int i = lane; i < D / 2; i += 32) {
+        const int a = (i / h) * 2 * h + (i % h);
+        const float x = v[a], y = v[a + h];
+        v[a] = x + y;
+        v[a + h] = x - y;
+      }
+      __syncwarp();
+    }
+    float amax = 0.0f;
+    for (int d = lane; d < D; d += 32) {
+      const float x = Rotate ? __fmul_rn(__fmul_rn(v[d], kvtile::detail::hadamard_norm<D>::value), p.scale_log2)
+                             : __fmul_rn(v[d], p.scale_log2);
+      v[d] = x;
+      amax = fmaxf(amax, fabsf(x));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    int e = 0;
+    if (amax > 0.0f) frexpf(amax, &e);  // amax in [2^(e-1), 2^e)
+    const int k = amax > 0.0f ? e - 1 : 0;
+    __syncwarp();
+    for (int d = lane; d < D; d += 32) v[d] = ldexpf(v[d], -k);
+    if (lane == 0) nf[row] = ldexpf(1.0f, k);
+    __syncwarp();
+  }
+}
+
+// The QK B operand (the scaled query) is split into fp16 hi + lo parts and run
+// as two MMAs: one fp16 rounding of the query costs ~2^-12 relative per score,
+// which at realistic score ranges is ~1e-3 in the output (measured); hi + lo
+// brings it to ~2^-22. The tensor cores have the headroom (docs/attention.md).
+#ifndef KVTILE_ATTENTION_SPLIT_QUERY
+#define KVTILE_ATTENTION_SPLIT_QUERY 1
+#endif
+inline constexpr bool split_query = KVTILE_ATTENTION_SPLIT_QUERY != 0;
+
+KVTILE_DEVICE void split_b(float x0, float x1, float x2, float x3, std::uint32_t (&b)[4]) {
+  b[0] = pack_half2(x0, x1);
+  b[1] = pack_half2(x2, x3);
+  if constexpr (split_query) {
+    float h0, h1, h2, h3;
+    half2_to_float2(b[0], h0, h1);
+    half2_to_float2(b[1], h2, h3);
+    b[2] = pack_half2(x0 - h0, x1 - h1);
+    b[3] = pack_half2(x2 - h2, x3 - h3);
+  }
+}
+
+// Per-warp online-softmax state; thread (r = lane/4, t = lane%4) holds queries
+// 2t, 2t+1 and output channels (D/8) r + 2m + h, m < D/16, h < 2.
+template <int D>
+struct warp_state {
+  float m[2];
+  float l[2];
+  float o[D / 16][4];
+};
+
+// Online softmax over one tile's scores s[i][2h + qq] (log2 domain): updates m,
+// l (per-thread partial sums), returns alpha, replaces s by p.
+template <int GM>
+KVTILE_DEVICE void online_softmax(float (&s)[GM][4], float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < GM; ++i) {
+    mx[0] = fmaxf(mx[0], fmaxf(s[i][0], s[i][2]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[i][1], s[i][3]));
+  }
+#pragma unroll
+  for (int qq = 0; qq < 2; ++qq) {
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) mx[qq] = fmaxf(mx[qq], __shfl_xor_sync(0xffffffffu, mx[qq], o));
+    const float mn = fmaxf(m[qq], mx[qq]);
+    alpha[qq] = mn == -INFINITY ? 1.0f : exp2f(m[qq] - mn);
+    m[qq] = mn;
+    mx[qq] = mn == -INFINITY ? 0.0f : mn;  // subtrahend
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < GM; ++i)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float pv = exp2f(s[i][c] - mx[c & 1]);
+      s[i][c] = pv;
+      sum[c & 1] += pv;
+    }
+  l[0] = fmaf(l[0], alpha[0], sum[0]);
+  l[1] = fmaf(l[1], alpha[1], sum[1]);
+}
+
+// Packs P (already scaled) of QK m-tile i into the PV B operands via movmatrix.
+template <int GM>
+KVTILE_DEVICE void p_to_b(const float (&s)[GM][4], std::uint32_t (&b0)[GM], std::uint32_t (&b1)[GM]) {
+#pragma unroll
+  for (int i = 0; i < GM; ++i) {
+    b0[i] = movmatrix_trans(pack_half2(s[i][0], s[i][1]));
+    b1[i] = movmatrix_trans(pack_half2(s[i][2], s[i][3]));
+  }
+}
+
+// ---------------------------------------------------------------- fp16 tile
+// K, V: GT x D fp16, token-major (shared or global memory); tokens >= n_valid
+// are masked (their V is never read).
+template <int D, int GT>
+KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const float* qn,
+                             const float (&nfq)[2], warp_state<D>& st) {
+  constexpr int E = GT / 8, GM = GT / 16, KT = D / 16, ED = D / 8, MC = (D / 16) < 8 ? (D / 16) : 8,
+                NCH = (D / 16) / MC, CE = 2 * MC;
+  constexpr int q_stride = D + 16;
+  const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
+  float s[GM][4];
+#pragma unroll
+  for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    const int c0 = 16 * kk + 4 * t;
+    const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + c0);
+    std::uint32_t b[4];
+    split_b(qv.x, qv.y, qv.z, qv.w, b);
+#pragma unroll
+    for (int i = 0; i < GM; ++i) {
+      const int T0 = E * r + 2 * i;
+      const uint2 k0 = *reinterpret_cast<const uint2*>(K + T0 * D + c0);
+      const uint2 k1 = *reinterpret_cast<const uint2*>(K + (T0 + 1) * D + c0);
+      mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[0], b[1]);
+      if constexpr (split_query) mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[2], b[3]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < GM; ++i)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int tok = E * r + 2 * i + (c >> 1);
+      s[i][c] = tok < n_valid ? s[i][c] * nfq[c & 1] : -INFINITY;
+    }
+  float alpha[2];
+  online_softmax<GM>(s, st.m, st.l, alpha);
+  std::uint32_t pb0[GM], pb1[GM];
+  p_to_b<GM>(s, pb0, pb1);
+#pragma unroll
+  for (int m = 0; m < D / 16; ++m)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) st.o[m][c] *= alpha[c & 1];
+#pragma unroll
+  for (int ch = 0; ch < NCH; ++ch) {
+#pragma unroll
+    for (int i = 0; i < GM; ++i) {
+      const int tA = E * 2 * t + 2 * i, tB = tA + E;
+      const int toks[4] = {tA, tB, tA + 1, tB + 1};
+      std::uint32_t w[4][CE / 2];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (toks[u] < n_valid) {
+          load_words<2 * CE>(reinterpret_cast<const std::uint8_t*>(V + toks[u] * D + ED * r + ch * CE), w[u]);
+        } else {
+#pragma unroll
+          for (int x = 0; x < CE / 2; ++x) w[u][x] = 0u;
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < MC; ++jj) {
+        mma_f16(st.o[ch * MC + jj], prmt(w[0][jj], w[1][jj], 0x5410u), prmt(w[0][jj], w[1][jj], 0x7632u),
+                prmt(w[2][jj], w[3][jj], 0x5410u), prmt(w[2][jj], w[3][jj], 0x7632u), pb0[i], pb1[i]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- quantized tile
+
+// N consecutive scale entries of a record field -> floats (E4M3 without its
+// vector scale, or fp16 times `mult`).
+template <bool Fp8, int N>
+KVTILE_DEVICE void load_scales(const std::uint8_t* p, float* f, float mult) {
+  if constexpr (Fp8) {
+    std::uint32_t w[N / 4];
+    load_words<N>(p, w);
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) e4m3x4_to_float(w[i], f + 4 * i);
+  } else {
+    std::uint32_t w[N / 2];
+    load_words<2 * N>(p, w);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      half2_to_float2(w[i], f[2 * i], f[2 * i + 1]);
+      f[2 * i] *= mult;
+      f[2 * i + 1] *= mult;
+    }
+  }
+}
+
+template <int N>
+KVTILE_DEVICE void load_halves(const std::uint8_t* p, float* f) {
+  std::uint32_t w[N / 2];
+  load_words<2 * N>(p, w);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) half2_to_float2(w[i], f[2 * i], f[2 * i + 1]);
+}
+
+// fp16_scales: power of two f with max(a) * f in [256, 512) over n fp16 entries.
+KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
+  float amax = 0.0f;
+  for (int i = threadIdx.x & 31; i < n; i += 32) {
+    float lo, hi;
+    half2_to_float2(static_cast<std::uint32_t>(reinterpret_cast<const std::uint16_t*>(p)[i]), lo, hi);
+    amax = fmaxf(amax, fabsf(lo));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!(amax > 0.0f)) return 1.0f;
+  int e;
+  frexpf(amax, &e);
+  return ldexpf(1.0f, 9 - e);
+}
+
+template <class Config, class Packer>
+KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const float (&nfq)[2], warp_state<Config::head_dim>& st) {
+  using L = typename Packer::template layout<Config>;
+  constexpr bool fp8 = std::is_same_v<Packer, fp8_scales>;
+  constexpr int D = Config::head_dim, G = Config::tile_tokens, KB = Config::key_bits, VB = Config::value_bits;
+  constexpr int E = G / 8, GM = G / 16, KT = D / 16, ED = D / 8, MC = (D / 16) < 8 ? (D / 16) : 8,
+                NCH = (D / 16) / MC, CE = 2 * MC;
+  constexpr int q_stride = D + 16;
+  constexpr int krow = G * KB / 8, ksb = E * KB / 8, vrow = D * VB / 8, vsb = CE * VB / 8;
+  constexpr int kwords = ksb >= 4 ? ksb / 4 : 1, vwords = vsb >= 4 ? vsb / 4 : 1;
+  const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
+
+  float vs_ak, vs_t, vs_c, vs_av, f_k = 1.0f, f_v = 1.0f;
+  if constexpr (fp8) {
+    const float4 vs = *reinterpret_cast<const float4*>(rec + L::vector_scales);
+    vs_ak = vs.x;  // vector_field order: key_scale, key_token_scale, value_channel_scale, value_scale
+    vs_t = vs.y;
+    vs_c = vs.z;
+    vs_av = vs.w;
+  } else {
+    f_k = fp16_field_norm(rec + L::key_scale, D);
+    f_v = fp16_field_norm(rec + L::value_scale, G);
+    vs_ak = 1.0f / f_k;
+    vs_av = 1.0f / f_v;
+    vs_t = 1.0f;
+    vs_c = 1.0f;
+  }
+
+  // ---- S^T = codes^T (q a)^T: tokens on M, channels on K, queries on N
+  float s[GM][4];
+#pragma unroll
+  for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+  float beta = 0.0f;
+  const std::uint8_t* kc = rec + L::key_codes + r * ksb;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    const int c0 = 16 * kk + 4 * t;
+    const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + c0);
+    float a[4], z[4];
+    load_scales<fp8, 4>(rec + L::key_scale + (fp8 ? 1 : 2) * c0, a, f_k);
+    load_halves<4>(rec + L::key_zero + 2 * c0, z);
+    beta = fmaf(qv.x, z[0], beta);
+    beta = fmaf(qv.y, z[1], beta);
+    beta = fmaf(qv.z, z[2], beta);
+    beta = fmaf(qv.w, z[3], beta);
+    std::uint32_t b[4];
+    split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
+    std::uint32_t x[4][kwords];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) load_words<ksb>(kc + (c0 + u) * krow, x[u]);
+    std::uint32_t r01[E], r23[E];
+    pair_convert<KB, E>(x[0], x[1], r01);
+    pair_convert<KB, E>(x[2], x[3], r23);
+#pragma unroll
+    for (int i = 0; i < GM; ++i) {
+      mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
+      if constexpr (split_query) mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
+    }
+  }
+  // beta: thread (r, t) summed query r over its channels; reduce over t, move to queries 2t, 2t+1.
+  beta += __shfl_xor_sync(0xffffffffu, beta, 1);
+  beta += __shfl_xor_sync(0xffffffffu, beta, 2);
+  const float bq0 = __shfl_sync(0xffffffffu, beta, 8 * t);
+  const float bq1 = __shfl_sync(0xffffffffu, beta, 8 * t + 4);
+  {
+    float tk[E];
+    load_scales<fp8, E>(rec + L::key_token_scale + (fp8 ? 1 : 2) * E * r, tk, 1.0f);
+    const float n0 = nfq[0] * vs_t, n1 = nfq[1] * vs_t;
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float tt = tk[2 * i + h];
+        s[i][2 * h + 0] = fmaf(vs_ak, s[i][2 * h + 0], bq0) * (tt * n0);
+        s[i][2 * h + 1] = fmaf(vs_ak, s[i][2 * h + 1], bq1) * (tt * n1);
+      }
+  }
+  float alpha[2];
+  online_softmax<GM>(s, st.m, st.l, alpha);
+
+  // ---- P' = p * a_V (per token), zsum = sum p z_V
+  float zsum[2] = {0.0f, 0.0f};
+  {
+    float av[E], zv[E];
+    load_scales<fp8, E>(rec + L::value_scale + (fp8 ? 1 : 2) * E * r, av, f_v);
+    load_halves<E>(rec + L::value_zero + 2 * E * r, zv);
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int e = 2 * i + (c >> 1);
+        zsum[c & 1] = fmaf(s[i][c], zv[e], zsum[c & 1]);
+        s[i][c] *= av[e];
+      }
+#pragma unroll
+    for (int qq = 0; qq < 2; ++qq)
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) zsum[qq] += __shfl_xor_sync(0xffffffffu, zsum[qq], o);
+  }
+  std::uint32_t pb0[GM], pb1[GM];
+  p_to_b<GM>(s, pb0, pb1);
+
+  // ---- O^T += c_V * (vs_av * codes^T P'^T + zsum): channels on M, tokens on K
+  const std::uint8_t* vc = rec + L::value_codes;
+#pragma unroll
+  for (int ch = 0; ch < NCH; ++ch) {
+    float acc[MC][4];
+#pragma unroll
+    for (int j = 0; j < MC; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const int coff = (ED * r + ch * CE) * VB / 8;
+#pragma unroll
+    for (int i = 0; i < GM; ++i) {
+      const int tA = E * 2 * t + 2 * i, tB = tA + E;
+      std::uint32_t x[4][vwords];
+      load_words<vsb>(vc + tA * vrow + coff, x[0]);
+      load_words<vsb>(vc + tB * vrow + coff, x[1]);
+      load_words<vsb>(vc + (tA + 1) * vrow + coff, x[2]);
+      load_words<vsb>(vc + (tB + 1) * vrow + coff, x[3]);
+      std::uint32_t rab[CE], rcd[CE];
+      pair_convert<VB, CE>(x[0], x[1], rab);
+      pair_convert<VB, CE>(x[2], x[3], rcd);
+#pragma unroll
+      for (int j = 0; j < MC; ++j) mma_f16(acc[j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[i], pb1[i]);
+    }
+    float cv[CE];
+    load_scales<fp8, CE>(rec + L::value_channel_scale + (fp8 ? 1 : 2) * (ED * r + ch * CE), cv, 1.0f);
+#pragma unroll
+    for (int j = 0; j < MC; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float cc = cv[2 * j + (c >> 1)] * vs_c;
+        float& o = st.o[ch * MC + j][c];
+        o = fmaf(alpha[c & 1], o, cc * fmaf(vs_av, acc[j][c], zsum[c & 1]));
+      }
+  }
+}
+
+// ---------------------------------------------------------------- epilogue
+// Merges the warps of a CTA and writes the split's partial (m, l, O) in the
+// rotated frame (unnormalized, relative to m) to the workspace.
+template <int D, int W>
+KVTILE_DEVICE void write_partial(warp_state<D>& st, std::uint8_t* scratch, const kernel_params& p, int seq, int kvh,
+                                 int qg, int split) {
+  constexpr int os = D + 4, ED = D / 8;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int qq = 0; qq < 2; ++qq)
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) st.l[qq] += __shfl_xor_sync(0xffffffffu, st.l[qq], o);
+  float* wo = reinterpret_cast<float*>(scratch);
+  float* wm = wo + W * max_group * os;
+  float* wl = wm + W * max_group;
+  __syncthreads();  // every warp is done with its stages
+#pragma unroll
+  for (int m = 0; m < D / 16; ++m)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) wo[(warp * max_group + 2 * t + (c & 1)) * os + ED * r + 2 * m + (c >> 1)] = st.o[m][c];
+  if (r == 0) {
+    wm[warp * max_group + 2 * t] = st.m[0];
+    wm[warp * max_group + 2 * t + 1] = st.m[1];
+    wl[warp * max_group + 2 * t] = st.l[0];
+    wl[warp * max_group + 2 * t + 1] = st.l[1];
+  }
+  __syncthreads();
+  const int nq = min(max_group, p.group - qg * max_group);
+  for (int idx = threadIdx.x; idx < nq * D; idx += W * 32) {
+    const int q = idx / D, d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, wm[w * max_group + q]);
+    float o = 0.0f, l = 0.0f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float wmv = wm[w * max_group + q];
+        if (wmv == -INFINITY) continue;
+        const float f = exp2f(wmv - mx);
+        o = fmaf(wo[(w * max_group + q) * os + d], f, o);
+        l = fmaf(wl[w * max_group + q], f, l);
+      }
+    }
+    const std::int64_t row = static_cast<std::int64_t>(seq) * p.q_heads + kvh * p.group + qg * max_group + q;
+    const std::int64_t slot = row * p.num_splits + split;
+    p.ws_o[slot * D + d] = o;
+    if (d == 0) {
+      p.ws_ml[2 * slot] = mx;
+      p.ws_ml[2 * slot + 1] = l;
+    }
+  }
+}
+
+// Warp loop shared by both kernels: tiles j in [j0, j1) of one sequence,
+// warp w takes j0 + w, j0 + w + W, ...; stage_src(j, dst, bar) issues the
+// copies of an async tile and returns its byte count (0: not staged);
+// run(j, stage) processes tile j.
+template <int W, int Stages, class StageFn, class RunFn>
+KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
+                             StageFn&& stage_src, RunFn&& run) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  std::uint8_t* my = stages + static_cast<std::size_t>(warp) * Stages * stage_bytes;
+  std::uint64_t* mybar = bars + warp * Stages;
+  std::uint32_t parity = 0;
+#pragma unroll
+  for (int k = 0; k < Stages; ++k) {
+    const int j = j0 + warp + k * W;
+    if (j < j1 && lane == 0) stage_src(j, my + k * stage_bytes, mybar + k);
+  }
+  for (int k = 0;; ++k) {
+    const int j = j0 + warp + k * W;
+    if (j >= j1) break;
+    const int sidx = k % Stages;
+    std::uint8_t* buf = my + sidx * stage_bytes;
+    const bool staged = run(j, buf, mybar + sidx, (parity >> sidx) & 1u);
+    if (staged) parity ^= 1u << sidx;
+    __syncwarp();
+    const int jn = j + Stages * W;
+    if (jn < j1 && lane == 0) {
+      fence_proxy_async();
+      stage_src(jn, buf, mybar + sidx);
+    }
+  }
+}
+
+template <class Config, class Packer, class QT, int W, int Stages>
+__global__ void __launch_bounds__(W * 32, 1)
+    quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
+  using L = typename Packer::template layout<Config>;
+  constexpr int D = Config::head_dim, G = Config::tile_tokens;
+  using plan = smem_plan<D, W, Stages, L::bytes>;
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  float* qn = reinterpret_cast<float*>(smem + plan::qn);
+  float* nf = reinterpret_cast<float*>(smem + plan::nf);
+  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
+  std::uint8_t* stages = smem + plan::stages;
+
+  const int split = blockIdx.x, seq = blockIdx.z;
+  const int kvh = blockIdx.y / p.qgroups, qg = blockIdx.y % p.qgroups;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < W * Stages; ++i) mbar_init(bars + i, 1);
+    mbar_init_fence();
+  }
+  load_queries<QT, D, W, true>(p, seq, kvh, qg, qn, nf);
+  __syncthreads();
+
+  const int len = cache.seq_lens[seq];
+  const int n_full = len / G, tail = len % G;
+  const int n_tiles = n_full + (tail > 0 ? 1 : 0);
+  const int per = (n_tiles + p.num_splits - 1) / p.num_splits;
+  const int j0 = min(n_tiles, split * per), j1 = min(n_tiles, j0 + per);
+  const bool sink = cache.has_sink();
+  const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
+
+  const int t = (threadIdx.x & 31) & 3;
+  const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
+  warp_state<D> st;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.0f;
+#pragma unroll
+  for (int m = 0; m < D / 16; ++m) st.o[m][0] = st.o[m][1] = st.o[m][2] = st.o[m][3] = 0.0f;
+
+  auto is_quant = [&](int j) { return j < n_full && !(sink && j == 0); };
+  auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+    if (!is_quant(j)) return;
+    mbar_expect_tx(bar, static_cast<std::uint32_t>(L::bytes));
+    bulk_copy_g2s(dst, cache.record(ptab[j], kvh), static_cast<std::uint32_t>(L::bytes), bar);
+  };
+  auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
+    if (is_quant(j)) {
+      mbar_wait(bar, par);
+      quant_tile<Config, Packer>(buf, qn, nfq, st);
+      return true;
+    }
+    const std::int64_t off = cache.tile_offset(seq, kvh);
+    if (j < n_full) {  // the sink
+      fp16_tile<D, G>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
+                      reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, qn, nfq, st);
+    } else {
+      fp16_tile<D, G>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
+                      reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, qn, nfq, st);
+    }
+    return false;
+  };
+  warp_loop<W, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
+  write_partial<D, W>(st, stages, p, seq, kvh, qg, split);
+}
+
+template <int D, int PT, class QT, int W, int Stages>
+__global__ void __launch_bounds__(W * 32, 1)
+    fp16_decode_kernel(const __grid_constant__ fp16_paged_cache_view cache, const __grid_constant__ kernel_params p) {
+  constexpr std::size_t half_bytes = static_cast<std::size_t>(PT) * D * 2;
+  using plan = smem_plan<D, W, Stages, 2 * half_bytes>;
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  float* qn = reinterpret_cast<float*>(smem + plan::qn);
+  float* nf = reinterpret_cast<float*>(smem + plan::nf);
+  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
+  std::uint8_t* stages = smem + plan::stages;
+
+  const int split = blockIdx.x, seq = blockIdx.z;
+  const int kvh = blockIdx.y / p.qgroups, qg = blockIdx.y % p.qgroups;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < W * Stages; ++i) mbar_init(bars + i, 1);
+    mbar_init_fence();
+  }
+  load_queries<QT, D, W, false>(p, seq, kvh, qg, qn, nf);
+  __syncthreads();
+
+  const int len = cache.seq_lens[seq];
+  const int n_tiles = (len + PT - 1) / PT;
+  const int per = (n_tiles + p.num_splits - 1) / p.num_splits;
+  const int j0 = min(n_tiles, split * per), j1 = min(n_tiles, j0 + per);
+  const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
+
+  const int t = (threadIdx.x & 31) & 3;
+  const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
+  warp_state<D> st;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.0f;
+#pragma unroll
+  for (int m = 0; m < D / 16; ++m) st.o[m][0] = st.o[m][1] = st.o[m][2] = st.o[m][3] = 0.0f;
+
+  auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+    const std::int64_t off = cache.block_offset(ptab[j], kvh);
+    mbar_expect_tx(bar, static_cast<std::uint32_t>(2 * half_bytes));
+    bulk_copy_g2s(dst, cache.k + off, static_cast<std::uint32_t>(half_bytes), bar);
+    bulk_copy_g2s(dst + half_bytes, cache.v + off, static_cast<std::uint32_t>(half_bytes), bar);
+  };
+  auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
+    mbar_wait(bar, par);
+    const int nv = min(PT, len - j * PT);
+    fp16_tile<D, PT>(reinterpret_cast<const std::uint16_t*>(buf),
+                     reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, qn, nfq, st);
+    return true;
+  };
+  warp_loop<W, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
+  write_partial<D, W>(st, stages, p, seq, kvh, qg, split);
+}
+
+// Merges the splits of one (sequence, query head), normalizes, un-rotates
+// (rotated = true) and writes the output and the log-sum-exp.
+template <class QT, int D, bool Rotated>
+__global__ void __launch_bounds__(D) combine_kernel(kernel_params p, QT* out, float* lse) {
+  __shared__ float v[D];
+  __shared__ float red[2];
+  // Launched with programmatic stream serialization: wait for the attention grid.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  const std::int64_t row = blockIdx.x;
+  const int d = threadIdx.x;
+  const float* ml = p.ws_ml + row * p.num_splits * 2;
+  float mx = -INFINITY;
+  for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, ml[2 * s]);
+  float o = 0.0f, l = 0.0f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < p.num_splits; ++s) {
+      if (ml[2 * s] == -INFINITY) continue;
+      const float f = exp2f(ml[2 * s] - mx);
+      l = fmaf(ml[2 * s + 1], f, l);
+      o = fmaf(p.ws_o[(row * p.num_splits + s) * D + d], f, o);
+    }
+  }
+  v[d] = l > 0.0f ? o / l : 0.0f;
+  if (d == 0) {
+    red[0] = mx;
+    red[1] = l;
+  }
+  __syncthreads();
+  if constexpr (Rotated) {
+    for (int h = 1; h < D; h *= 2) {
+      float x = 0.0f;
+      if ((d & h) == 0) x = v[d] + v[d + h];
+      else x = v[d - h] - v[d];
+      __syncthreads();
+      v[d] = x;
+      __syncthreads();
+    }
+    store_q<QT>(out + row * D + d, __fmul_rn(v[d], kvtile::detail::hadamard_norm<D>::value));
+  } else {
+    store_q<QT>(out + row * D + d, v[d]);
+  }
+  if (lse && d == 0) lse[row] = red[1] > 0.0f ? (red[0] + log2f(red[1])) * ln2 : -INFINITY;
+}
+
+struct launch_shape {
+  int num_splits;
+  int qgroups;
+  int group;
+};
+
+inline int sm_count() {
+  int dev = 0, n = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  return n;
+}
+
+// Splits: enough CTAs for one wave when batch x KV heads x groups is small,
+// never more splits than tiles / W.
+inline int choose_splits(int units, int max_tiles, int warps, int requested) {
+  if (requested > 0) return requested;
+  const int sms = sm_count();
+  if (units <= 0 || units >= sms) return 1;
+  int s = sms / units;  // one CTA per SM: never spill into a second wave
+  const int smax = (max_tiles + warps - 1) / warps;
+  if (s > smax) s = smax;
+  return s < 1 ? 1 : s;
+}
+
+template <class QT>
+status check_common(const decode_args<QT>& a, int num_seqs, int kv_heads) {
+  static_assert(std::is_same_v<QT, half_t> || std::is_same_v<QT, bfloat16_t>, "queries must be half_t or bfloat16_t");
+  if (!a.q || !a.out) return status::null_pointer;
+  if (a.q_heads <= 0 || kv_heads <= 0 || a.q_heads % kv_heads != 0 || num_seqs < 0) return status::invalid_argument;
+  if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale)) return status::invalid_argument;
+  if (num_seqs > 65535 || kv_heads * ((a.q_heads / kv_heads + max_group - 1) / max_group) > 65535)
+    return status::invalid_argument;
+  return status::success;
+}
+
+inline std::size_t ws_bytes(int num_seqs, int q_heads, int splits, int d) {
+  const std::size_t rows = static_cast<std::size_t>(num_seqs) * q_heads * splits;
+  return (rows * d * sizeof(float) + 255) / 256 * 256 + rows * 2 * sizeof(float);
+}
+
+template <class KernelT, class QT, class View, int D, bool Rotated>
+status launch(KernelT kernel, std::size_t smem, const View& view, const decode_args<QT>& a, int splits,
+              cudaStream_t stream, int threads, bool& configured) {
+  const int group = a.q_heads / view.kv_heads;
+  kernel_params p{};
+  p.q = a.q;
+  p.q_heads = a.q_heads;
+  p.group = group;
+  p.qgroups = (group + max_group - 1) / max_group;
+  p.scale_log2 = a.softmax_scale * log2e;
+  p.num_splits = splits;
+  const std::size_t rows = static_cast<std::size_t>(view.num_seqs) * a.q_heads * splits;
+  p.ws_o = static_cast<float*>(a.workspace);
+  p.ws_ml = reinterpret_cast<float*>(static_cast<std::uint8_t*>(a.workspace) + (rows * D * sizeof(float) + 255) / 256 * 256);
+  if (view.num_seqs == 0) return status::success;
+  if (!configured) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
+      return status::cuda_error;
+    configured = true;
+  }
+  dim3 grid(splits, view.kv_heads * p.qgroups, view.num_seqs);
+  kernel<<<grid, threads, smem, stream>>>(view, p);
+  // The merge kernel overlaps its launch with the attention kernel's tail (PDL).
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(view.num_seqs * a.q_heads));
+  cfg.blockDim = dim3(D);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, combine_kernel<QT, D, Rotated>, p, a.out, a.lse) != cudaSuccess) {
+    (void)cudaGetLastError();
+    combine_kernel<QT, D, Rotated><<<static_cast<unsigned>(view.num_seqs * a.q_heads), D, 0, stream>>>(p, a.out, a.lse);
+  }
+  return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------- quantized cache
+
+// Launch configuration of the quantized kernel for Codec (a tile_codec).
+template <class Codec>
+struct quant_kernel_traits {
+  using config = typename Codec::config;
+  using packer = typename Codec::packer;
+  static constexpr int D = config::head_dim;
+  static constexpr int stages = 2;
+  static constexpr std::size_t record_bytes = Codec::record_bytes;
+  static constexpr int warps = detail::warps_for<record_bytes, stages>();
+  using plan = detail::smem_plan<D, warps, stages, record_bytes>;
+  static constexpr std::size_t smem_bytes = plan::bytes;
+  static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
+  static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");
+  static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
+};
+
+// Splits the launcher would use (num_splits = 0: automatic).
+template <class Codec>
+int plan_splits(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
+  const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
+  const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
+  return detail::choose_splits(units, cache.max_pages_per_seq + 1, quant_kernel_traits<Codec>::warps, num_splits);
+}
+
+template <class Codec>
+std::size_t workspace_bytes(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
+  return detail::ws_bytes(cache.num_seqs, q_heads, plan_splits<Codec>(cache, q_heads, num_splits), Codec::D);
+}
+
+// Checks everything that can be checked without reading device memory.
+template <class Codec, class QT>
+status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
+  using cfg = typename Codec::config;
+  if (cache.head_dim != 64 && cache.head_dim != 128 && cache.head_dim != 256) return status::unsupported_head_dim;
+  if (status s = validate_structure(cache, static_cast<std::int64_t>(Codec::record_bytes), cfg::head_dim,
+                                    cfg::tile_tokens);
+      s != status::success)
+    return s;
+  if (status s = detail::check_common(a, cache.num_seqs, cache.kv_heads); s != status::success) return s;
+  if (!a.workspace || a.workspace_bytes < workspace_bytes<Codec>(cache, a.q_heads, a.num_splits))
+    return status::insufficient_space;
+  if (reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0) return status::misaligned;
+  return status::success;
+}
+
+// Decode attention over the quantized paged cache: two kernels on `stream`.
+template <class Codec, class QT>
+status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) {
+  using tr = quant_kernel_traits<Codec>;
+  if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
+  const int splits = plan_splits<Codec>(cache, a.q_heads, a.num_splits);
+  auto kernel = detail::quant_decode_kernel<typename tr::config, typename tr::packer, QT, tr::warps, tr::stages>;
+  static bool configured = false;  // per instantiation (one kernel)
+  return detail::launch<decltype(kernel), QT, paged_cache_view, tr::D, true>(kernel, tr::smem_bytes, cache, a, splits,
+                                                                             stream, tr::warps * 32, configured);
+}
+
+// ---------------------------------------------------------------- fp16 baseline
+
+// The baseline's page size (tokens) and launch configuration for head_dim D.
+template <int D>
+struct fp16_kernel_traits {
+  static constexpr int page_tokens = 64;
+  static constexpr int stages = 2;
+  static constexpr std::size_t stage_bytes = static_cast<std::size_t>(page_tokens) * D * 2 * 2;
+  static constexpr int warps = detail::warps_for<stage_bytes, stages>();
+  using plan = detail::smem_plan<D, warps, stages, stage_bytes>;
+  static constexpr std::size_t smem_bytes = plan::bytes;
+  static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
+};
+
+template <int D>
+int plan_splits_fp16(const fp16_paged_cache_view& cache, int q_heads, int num_splits = 0) {
+  const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
+  const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
+  return detail::choose_splits(units, cache.max_pages_per_seq, fp16_kernel_traits<D>::warps, num_splits);
+}
+
+template <int D>
+std::size_t workspace_bytes_fp16(const fp16_paged_cache_view& cache, int q_heads, int num_splits = 0) {
+  return detail::ws_bytes(cache.num_seqs, q_heads, plan_splits_fp16<D>(cache, q_heads, num_splits), D);
+}
+
+template <int D, class QT>
+status can_implement_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a) {
+  if (cache.head_dim != D) return status::unsupported_head_dim;
+  if (cache.page_tokens != fp16_kernel_traits<D>::page_tokens) return status::unsupported_tile_tokens;
+  if (!cache.k || !cache.v || !cache.page_table || !cache.seq_lens) return status::null_pointer;
+  if (reinterpret_cast<std::uintptr_t>(cache.k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(cache.v) % 16 != 0)
+    return status::misaligned;
+  if (status s = detail::check_common(a, cache.num_seqs, cache.kv_heads); s != status::success) return s;
+  if (!a.workspace || a.workspace_bytes < workspace_bytes_fp16<D>(cache, a.q_heads, a.num_splits))
+    return status::insufficient_space;
+  return status::success;
+}
+
+// fp16 baseline: same kernel structure over fp16 pages, original frame (no rotation).
+template <int D, class QT>
+status paged_decode_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) {
+  using tr = fp16_kernel_traits<D>;
+  if (status s = can_implement_fp16<D>(cache, a); s != status::success) return s;
+  const int splits = plan_splits_fp16<D>(cache, a.q_heads, a.num_splits);
+  auto kernel = detail::fp16_decode_kernel<D, tr::page_tokens, QT, tr::warps, tr::stages>;
+  static bool configured = false;  // per instantiation (one kernel)
+  return detail::launch<decltype(kernel), QT, fp16_paged_cache_view, D, false>(kernel, tr::smem_bytes, cache, a,
+                                                                               splits, stream, tr::warps * 32, configured);
+}
+
+}  // namespace kvtile::attention

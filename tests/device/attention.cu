@@ -1,0 +1,237 @@
+// tests/device/attention.cu: decode attention (kvtile/attention/paged_decode.cuh):
+// bf16 queries, independence from page placement and split count, argument
+// checks before launch, and the fp16 baseline kernel against fp64.
+// `--small` runs a reduced set (for compute-sanitizer).
+#include "attention_common.cuh"
+
+using namespace attn_test;
+using kvtile::half_t;
+using kvtile::bfloat16_t;
+
+namespace {
+
+template <class Codec>
+void invariance_test() {
+  constexpr int D = Codec::D, G = Codec::G;
+  case_cfg c;
+  c.num_seqs = 3;
+  c.kv_heads = 2;
+  c.group = 4;
+  c.sink = true;
+  c.lens = {9 * G + 17, 3 * G, 1};
+  c.seed = 77;
+  std::mt19937_64 rng(c.seed);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  const int Hq = c.kv_heads * c.group;
+  auto q = random_queries<half_t>(c.num_seqs * Hq * D, rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  run_result base = run_quant<Codec, half_t>(qc, q, Hq, scale, 1);
+  double worst = 0;
+  for (int splits : {2, 3, 5, 0}) {
+    run_result r = run_quant<Codec, half_t>(qc, q, Hq, scale, splits);
+    for (int row = 0; row < c.num_seqs * Hq; ++row)
+      worst = std::max(worst, rel_err(r.out.data() + row * D, base.out.data() + row * D, D));
+  }
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "split count 1/2/3/5/auto: max rel difference %.2e (<= 1e-3: fp32 merge order + fp16 output)", worst);
+  check(worst <= 1e-3, buf);
+  std::printf("  %s\n", buf);
+  qc.shuffle_pages(rng);
+  run_result moved = run_quant<Codec, half_t>(qc, q, Hq, scale, 1);
+  bool same = moved.out == base.out;
+  check(same, "page placement: outputs bit-identical after moving every page");
+  std::printf("  page placement: %s\n", same ? "bit-identical" : "DIFFERENT");
+}
+
+void bad_args_test() {
+  using C = kvtile::presets::k4v2_g128<128>;
+  using C4 = kvtile::presets::k4v4_g128<128>;
+  case_cfg c;
+  c.num_seqs = 1;
+  c.kv_heads = 2;
+  c.group = 2;
+  c.lens = {200};
+  std::mt19937_64 rng(5);
+  quant_cache<C> qc;
+  original_kv orig;
+  build_cache<C>(c, rng, qc, orig);
+  dbuf<half_t> q(512), out(512);
+  dbuf<std::uint8_t> ws(1 << 20);
+  attention::decode_args<half_t> a;
+  a.q = q.p;
+  a.out = out.p;
+  a.q_heads = 4;
+  a.softmax_scale = 0.1f;
+  a.workspace = ws.p;
+  a.workspace_bytes = 1 << 20;
+  paged_cache_view v = qc.view();
+  check(attention::can_implement<C>(v, a) == status::success, "good arguments accepted");
+  check(attention::paged_decode<C4>(v, a) == status::invalid_argument, "record size of another preset rejected");
+  paged_cache_view v96 = v;
+  v96.head_dim = 96;
+  check(attention::paged_decode<C>(v96, a) == status::unsupported_head_dim, "head_dim 96 rejected");
+  auto a2 = a;
+  a2.q = nullptr;
+  check(attention::paged_decode<C>(v, a2) == status::null_pointer, "null query rejected");
+  a2 = a;
+  a2.q_heads = 5;
+  check(attention::paged_decode<C>(v, a2) == status::invalid_argument, "q_heads not a multiple of kv_heads rejected");
+  a2 = a;
+  a2.workspace_bytes = 16;
+  check(attention::paged_decode<C>(v, a2) == status::insufficient_space, "small workspace rejected");
+  a2 = a;
+  a2.softmax_scale = -1.0f;
+  check(attention::paged_decode<C>(v, a2) == status::invalid_argument, "negative softmax scale rejected");
+  paged_cache_view vn = v;
+  vn.tail_k = nullptr;
+  check(attention::paged_decode<C>(vn, a) == status::null_pointer, "missing tail rejected");
+  fp16_paged_cache_view fv;
+  fv.k = reinterpret_cast<half_t*>(ws.p);
+  fv.v = fv.k;
+  fv.page_table = qc.d_ptab.p;
+  fv.seq_lens = qc.d_lens.p;
+  fv.num_seqs = 1;
+  fv.kv_heads = 2;
+  fv.head_dim = 128;
+  fv.page_tokens = 32;
+  check(attention::paged_decode_fp16<128>(fv, a) == status::unsupported_tile_tokens, "fp16 baseline: wrong page size rejected");
+  ATTN_CUDA(cudaDeviceSynchronize());
+}
+
+// fp16 baseline vs fp64 on the same fp16 data (original frame).
+template <int D>
+void fp16_baseline_test(const std::vector<int>& lens, int group, std::uint64_t seed) {
+  constexpr int PT = attention::fp16_kernel_traits<D>::page_tokens;
+  const int S = static_cast<int>(lens.size()), H = 2, Hq = H * group;
+  std::mt19937_64 rng(seed);
+  int max_pages = 1, total = 0;
+  for (int L : lens) {
+    max_pages = std::max(max_pages, (L + PT - 1) / PT);
+    total += (L + PT - 1) / PT;
+  }
+  const int num_pages = total + 2;
+  std::vector<std::int32_t> perm(num_pages), ptab(static_cast<std::size_t>(S) * max_pages, -1);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int next = 0;
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < (lens[s] + PT - 1) / PT; ++i) ptab[static_cast<std::size_t>(s) * max_pages + i] = perm[next++];
+  const std::size_t blk = static_cast<std::size_t>(PT) * D;
+  std::vector<half_t> hk(static_cast<std::size_t>(num_pages) * H * blk, half_t::from_bits(0x7e00)), hv = hk;
+  std::vector<std::vector<double>> K(S * H), V(S * H);
+  for (int s = 0; s < S; ++s)
+    for (int h = 0; h < H; ++h) {
+      auto k = random_tokens(lens[s], D, rng, 8.0), v = random_tokens(lens[s], D, rng, 2.0);
+      K[s * H + h].resize(k.size());
+      V[s * H + h].resize(v.size());
+      for (std::size_t e = 0; e < k.size(); ++e) {
+        K[s * H + h][e] = k[e].to_float();
+        V[s * H + h][e] = v[e].to_float();
+      }
+      for (int t = 0; t < lens[s]; ++t) {
+        const int page = ptab[static_cast<std::size_t>(s) * max_pages + t / PT];
+        const std::size_t off = (static_cast<std::size_t>(page) * H + h) * blk + static_cast<std::size_t>(t % PT) * D;
+        std::copy(k.begin() + static_cast<std::size_t>(t) * D, k.begin() + static_cast<std::size_t>(t + 1) * D, hk.begin() + off);
+        std::copy(v.begin() + static_cast<std::size_t>(t) * D, v.begin() + static_cast<std::size_t>(t + 1) * D, hv.begin() + off);
+      }
+    }
+  dbuf<half_t> dk, dv;
+  dk.upload(hk);
+  dv.upload(hv);
+  dbuf<std::int32_t> dpt, dl;
+  dpt.upload(ptab);
+  std::vector<std::int32_t> l32(lens.begin(), lens.end());
+  dl.upload(l32);
+  fp16_paged_cache_view fv;
+  fv.k = dk.p;
+  fv.v = dv.p;
+  fv.page_table = dpt.p;
+  fv.seq_lens = dl.p;
+  fv.num_seqs = S;
+  fv.kv_heads = H;
+  fv.head_dim = D;
+  fv.page_tokens = PT;
+  fv.max_pages_per_seq = max_pages;
+  fv.num_pages = num_pages;
+  auto q = random_queries<half_t>(S * Hq * D, rng);
+  dbuf<half_t> dq, dout(q.size());
+  dq.upload(q);
+  ATTN_CUDA(cudaMemset(dout.p, 0xFF, q.size() * 2));
+  attention::decode_args<half_t> a;
+  a.q = dq.p;
+  a.out = dout.p;
+  a.q_heads = Hq;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::size_t wsb = attention::workspace_bytes_fp16<D>(fv, Hq);
+  dbuf<std::uint8_t> ws(wsb);
+  a.workspace = ws.p;
+  a.workspace_bytes = wsb;
+  const status st = attention::paged_decode_fp16<D>(fv, a);
+  check(st == status::success, "fp16 baseline launch");
+  ATTN_CUDA(cudaDeviceSynchronize());
+  auto ho = dout.download();
+  double worst = 0;
+  bool finite = true;
+  std::vector<double> qd(D), o(D), got(D);
+  for (int s = 0; s < S; ++s)
+    for (int qh = 0; qh < Hq; ++qh) {
+      const std::size_t row = static_cast<std::size_t>(s) * Hq + qh;
+      for (int d = 0; d < D; ++d) {
+        qd[d] = q[row * D + d].to_float();
+        got[d] = ho[row * D + d].to_float();
+        finite = finite && std::isfinite(got[d]);
+      }
+      attend(qd.data(), K[s * H + qh / group], V[s * H + qh / group], lens[s], D, a.softmax_scale, o.data());
+      worst = std::max(worst, rel_err(got.data(), o.data(), D));
+    }
+  g_max_rel = std::max(g_max_rel, worst);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "fp16 baseline D=%d group=%d: rel err vs fp64 %.2e (tol 1e-3)", D, group, worst);
+  check(finite && worst <= 1e-3, buf);
+  std::printf("  %s\n", buf);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (int rc = require_device(); rc) return rc;
+  const bool small = argc > 1 && std::string(argv[1]) == "--small";
+  using namespace kvtile::presets;
+  if (small) {
+    case_cfg c;
+    c.num_seqs = 2;
+    c.kv_heads = 1;
+    c.group = 4;
+    c.sink = true;
+    c.lens = {3 * 128 + 5, 129};
+    accuracy_case<k4v2_g128<128>, half_t>(c, "k4v2_g128 (small)");
+    fp16_baseline_test<128>({70, 1}, 4, 3);
+    std::printf("max relative error: %.3e\n%d passed, %d failed\n", g_max_rel, g_passed, g_failed);
+    return g_failed == 0 ? 0 : 1;
+  }
+  {
+    case_cfg c;
+    c.num_seqs = 3;
+    c.kv_heads = 2;
+    c.group = 8;
+    c.lens = {1000, 128, 77};
+    c.seed = 11;
+    accuracy_case<k4v2_g128<128>, bfloat16_t>(c, "k4v2_g128 bf16 queries");
+    c.group = 16;
+    c.sink = true;
+    c.seed = 12;
+    accuracy_case<k4v2_g128<128, kvtile::fp16_scales>, bfloat16_t>(c, "k4v2_g128 fp16_scales bf16 queries");
+  }
+  std::printf("invariance (k4v2_g128 D=128):\n");
+  invariance_test<k4v2_g128<128>>();
+  bad_args_test();
+  std::printf("fp16 baseline:\n");
+  fp16_baseline_test<128>({0, 1, 63, 64, 65, 700}, 4, 21);
+  fp16_baseline_test<64>({5, 300}, 1, 22);
+  fp16_baseline_test<256>({129, 64}, 16, 23);
+  std::printf("max relative error vs fp64: %.3e\n", g_max_rel);
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
