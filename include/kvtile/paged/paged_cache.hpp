@@ -13,6 +13,12 @@
 // tokens. Complete tile i lives in page page_table[s][i], except that with the
 // sink on, tile 0 lives in sink_k/v[s] and page_table[s][0] is not read.
 // The view is passed by value to kernels.
+//
+// Writers (include/kvtile/device/paged/, docs/gpu-codec.md): append and
+// prefill take seq_lens that already INCLUDE the tokens they write, and never
+// write seq_lens themselves. A record of the cache is the codec's encode of the
+// tile's rotated fp16 tail values (the rotation is not applied again), so
+// records do not depend on whether tokens came by prefill or append.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +58,8 @@ struct paged_cache_view {
 };
 
 // Structural checks a launcher runs before touching device memory: pointers
-// present, sizes in range, records 16-byte aligned, sink pointers paired.
+// present, sizes in range (and every record / tail offset representable in
+// int64), records 16-byte aligned, sink pointers paired.
 inline status validate_structure(const paged_cache_view& v, std::int64_t expected_record_bytes, int expected_head_dim,
                                  int expected_tile_tokens) {
   if (!v.pages || !v.page_table || !v.seq_lens || !v.tail_k || !v.tail_v) return status::null_pointer;
@@ -61,6 +68,12 @@ inline status validate_structure(const paged_cache_view& v, std::int64_t expecte
   if (v.tile_tokens != expected_tile_tokens) return status::unsupported_tile_tokens;
   if (v.record_bytes != expected_record_bytes) return status::invalid_argument;
   if (v.num_seqs < 0 || v.kv_heads <= 0 || v.max_pages_per_seq < 0 || v.num_pages < 0) return status::invalid_argument;
+  if (v.head_dim <= 0 || v.tile_tokens <= 0 || v.record_bytes <= 0) return status::invalid_argument;
+  // Every offset record() and tile_offset() compute must fit in int64 (no signed overflow).
+  constexpr std::int64_t max_offset = INT64_MAX;
+  if (static_cast<std::int64_t>(v.num_pages) * v.kv_heads > max_offset / v.record_bytes ||
+      static_cast<std::int64_t>(v.num_seqs) * v.kv_heads > max_offset / (static_cast<std::int64_t>(v.tile_tokens) * v.head_dim))
+    return status::invalid_argument;
   if (reinterpret_cast<std::uintptr_t>(v.pages) % 16 != 0 || v.record_bytes % 16 != 0) return status::misaligned;
   if (reinterpret_cast<std::uintptr_t>(v.tail_k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(v.tail_v) % 16 != 0)
     return status::misaligned;
@@ -76,6 +89,9 @@ inline status validate_structure(const paged_cache_view& v, std::int64_t expecte
 inline status validate_tables(const paged_cache_view& v, const std::int32_t* host_page_table,
                               const std::int32_t* host_seq_lens, std::uint8_t* scratch_page_marks = nullptr) {
   if (!host_page_table || !host_seq_lens) return status::null_pointer;
+  // Sizes first: a view that skipped validate_structure must not divide by zero.
+  if (v.num_seqs < 0 || v.tile_tokens <= 0 || v.max_pages_per_seq < 0 || v.num_pages < 0)
+    return status::invalid_argument;
   for (std::int32_t s = 0; s < v.num_seqs; ++s) {
     const std::int64_t len = host_seq_lens[s];
     if (len < 0) return status::invalid_argument;
@@ -90,6 +106,25 @@ inline status validate_tables(const paged_cache_view& v, const std::int32_t* hos
       }
     }
   }
+  return status::success;
+}
+
+// Checks a host copy of a prefill's cu_seqlens (num_seqs + 1 entries, starting
+// at 0, non-decreasing) against the host copy of the lengths the prefill is
+// launched with (which include the chunk): every chunk fits its sequence
+// (n_s <= seq_lens[s]). Writes the longest chunk to *max_chunk (the bound
+// launch_prefill takes). Run validate_tables on the same lengths too.
+inline status validate_prefill(const paged_cache_view& v, const std::int32_t* host_cu_seqlens,
+                               const std::int32_t* host_seq_lens, std::int64_t* max_chunk = nullptr) {
+  if (!host_cu_seqlens || !host_seq_lens) return status::null_pointer;
+  if (host_cu_seqlens[0] != 0) return status::invalid_argument;
+  std::int64_t mx = 0;
+  for (std::int32_t s = 0; s < v.num_seqs; ++s) {
+    const std::int64_t n = static_cast<std::int64_t>(host_cu_seqlens[s + 1]) - host_cu_seqlens[s];
+    if (n < 0 || n > host_seq_lens[s]) return status::invalid_argument;
+    mx = n > mx ? n : mx;
+  }
+  if (max_chunk) *max_chunk = mx;
   return status::success;
 }
 

@@ -1,0 +1,585 @@
+// kvtile/device/block/block_tile_codec.cuh: block-cooperative encode/decode of
+// one (tile, KV head), bit-identical to the host tile_codec.
+//
+//   using Codec = kvtile::presets::k4v2_g128<128>;
+//   using BlockCodec = kvtile::device::block_tile_codec<Codec, 512>;
+//   __global__ void k(...) {
+//     extern __shared__ __align__(16) unsigned char smem[];   // or a static __shared__
+//     auto& ts = *reinterpret_cast<BlockCodec::TempStorage*>(smem);
+//     kvtile::status s = BlockCodec(ts).encode(keys, stride, values, stride, record);
+//   }
+//
+// Every thread of the block must call encode/decode (they contain
+// __syncthreads); the returned status is the same in every thread.
+// sizeof(TempStorage) is large (about 90 KB for D = G = 128, 180 KB for
+// D = 256, G = 128), so use dynamic shared memory with
+// cudaFuncAttributeMaxDynamicSharedMemorySize.
+//
+// Strategy. The rotated fp32 tile lives in shared memory, token-major with a
+// row stride of D + 1 floats (odd, so both channel lines and token lines are
+// bank-conflict free). The Sinkhorn iterate `cur` is never stored: each
+// standard-deviation pass recomputes cur = X / e_col / e_row from X (the
+// host's exact expression), one warp per line in the strided layout of
+// warp_primitives.cuh, so the canonical tree order holds. This supports every
+// tile with D * G <= 32768 (all presets: up to D = 256 x G = 128 = 128 KB of
+// fp32). D = 256 x G = 256 (256 KB) does not fit and is rejected by a
+// static_assert; it would need X kept in registers across several blocks or
+// re-read and re-rotated from global memory for every pass.
+//
+// Status (same values as the host):
+//  * success;
+//  * non_finite_input: NaN/Inf elements were replaced by 0; record written;
+//  * out_of_range: an input |x| > 2^48, or a scale the packing cannot store;
+//    NOTHING of the record is written (the key side is kept in shared memory
+//    until the value side has passed its scale stage), as on the host.
+// decode does not validate the record (the host validate() does); it expects
+// records written by encode.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "../../codec/tile_codec.hpp"
+#include "../../detail/bits.hpp"
+#include "../../detail/fastmath.hpp"
+#include "../../normalization/sinkhorn.hpp"
+#include "../../numeric/half.hpp"
+#include "../../status.hpp"
+#include "../warp/warp_primitives.cuh"
+
+namespace kvtile::device {
+
+// Per-token flags a loader reports.
+enum : unsigned { load_ok = 0u, load_non_finite = 1u, load_out_of_range = 2u, load_saturated = 4u };
+
+// Loader for engine-layout input: token g at src + g * stride, element type T;
+// NaN/Inf -> 0 (flagged), |x| > 2^48 flagged out of range, then Rotation.
+template <class T, class Rotation>
+struct global_token_loader {
+  const T* src;
+  std::ptrdiff_t stride;
+  template <int J>
+  KVTILE_DEVICE unsigned operator()(int g, float (&v)[J]) const {
+    const T* row = src + static_cast<std::ptrdiff_t>(g) * stride;
+    const int lane = lane_id();
+    unsigned f = load_ok;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      float x = detail::element_to_float(row[lane + 32 * j]);
+      if (!detail::is_finite(x)) {
+        x = 0.0f;
+        f |= load_non_finite;
+      } else if (!((x < 0 ? -x : x) <= max_input_magnitude)) {
+        f |= load_out_of_range;
+      }
+      v[j] = x;
+    }
+    warp_rotate_forward<Rotation>(v);
+    return f;
+  }
+};
+
+template <class Codec, int BLOCK_THREADS>
+class block_tile_codec {
+ public:
+  using codec = Codec;
+  using config = typename Codec::config;
+  using rotation = typename Codec::rotation;
+  using normalizer = typename Codec::normalizer;
+  using key_rounder = typename Codec::key_rounder;
+  using value_rounder = typename Codec::value_rounder;
+  using layout = typename Codec::layout;
+  using format = typename Codec::format;
+  using code_type = typename format::code_type;
+
+  static constexpr int D = config::head_dim;
+  static constexpr int G = config::tile_tokens;
+  static constexpr int L = D > G ? D : G;
+  static constexpr int XS = D + 1;  // shared row stride (floats)
+  static constexpr int WARPS = BLOCK_THREADS / 32;
+  static constexpr int iterations = normalizer::is_none ? 0 : normalizer::iterations;
+
+  static_assert(BLOCK_THREADS % 32 == 0 && BLOCK_THREADS >= 64 && BLOCK_THREADS <= 1024,
+                "BLOCK_THREADS must be a multiple of 32 in [64, 1024]");
+  static_assert(D * G <= 32768, "block_tile_codec keeps the fp32 tile in shared memory: D * G must be <= 32768");
+  static_assert(layout::key_codes % 16 == 0 && layout::value_codes % 16 == 0,
+                "code sections must be 16-byte aligned in the record (16-byte stores)");
+  static_assert(std::is_same_v<typename Codec::rounding, rtn<key_rounder::clip_permille>>,
+                "block_tile_codec supports the rtn<> rounding family");
+
+  struct side_fields {
+    code_type col[L];
+    code_type row[L];
+    std::uint16_t zero[L];
+    float col_vs, row_vs;
+  };
+
+  struct TempStorage {
+    float x[G * XS];
+    alignas(16) std::uint8_t codes[D * G];
+    float lcol[L], lrow[L], ecol[L], erow[L], col_std[L], row_std[L], best_col[L];
+    float col_hat[L], col_lower[L], row_hi[L], row_need[L], row_a[L], row_z[L];
+    side_fields key, value;
+    float best;
+    int improved;
+    unsigned flags;
+    int fail;
+  };
+
+  KVTILE_DEVICE explicit block_tile_codec(TempStorage& ts) : s_(ts) {}
+
+  // ------------------------------------------------------------------ encode
+
+  // Engine layout: G tokens of D elements, `stride` elements between tokens.
+  template <class T>
+  KVTILE_DEVICE status encode(const T* keys, std::ptrdiff_t key_stride, const T* values, std::ptrdiff_t value_stride,
+                              void* record) {
+    global_token_loader<T, rotation> kl{keys, key_stride};
+    global_token_loader<T, rotation> vl{values, value_stride};
+    return encode_with(kl, vl, record);
+  }
+
+  // Loaders: callables `unsigned (int g, float (&v)[D/32])` called by one warp,
+  // filling element lane + 32 j of token g already in the rotated frame (the
+  // codec's rotation is NOT applied here), returning load_* flags.
+  template <class KeyLoader, class ValueLoader>
+  KVTILE_DEVICE status encode_with(KeyLoader& key_loader, ValueLoader& value_loader, void* record) {
+    auto* out = static_cast<std::uint8_t*>(record);
+    __syncthreads();  // every thread is done with a previous call's TempStorage
+    if (threadIdx.x == 0) {
+      s_.flags = 0u;
+      s_.fail = 0;
+    }
+    __syncthreads();
+    load(key_loader);
+    if (s_.flags & load_out_of_range) return status::out_of_range;  // uniform after load's sync
+    sinkhorn<true>();
+    if (!scales<true, key_rounder>(s_.key)) return status::out_of_range;
+    make_codes<true, key_rounder>();
+    __syncthreads();
+    load(value_loader);  // x is free again: the key codes are in s_.codes
+    if (s_.flags & load_out_of_range) return status::out_of_range;
+    sinkhorn<false>();
+    if (!scales<false, value_rounder>(s_.value)) return status::out_of_range;
+    // Both sides succeeded: commit.
+    write_fields<true>(s_.key, out);
+    write_codes<config::key_bits, D * G>(out + layout::key_codes);
+    __syncthreads();
+    make_codes<false, value_rounder>();
+    __syncthreads();
+    write_fields<false>(s_.value, out);
+    write_codes<config::value_bits, D * G>(out + layout::value_codes);
+    if constexpr (layout::bytes > layout::unpadded)
+      for (int i = threadIdx.x; i < static_cast<int>(layout::bytes - layout::unpadded); i += BLOCK_THREADS)
+        out[layout::unpadded + i] = 0;
+    const unsigned f = s_.flags;
+    __syncthreads();  // TempStorage may be reused after return
+    return (f & load_non_finite) ? status::non_finite_input : status::success;
+  }
+
+  // ------------------------------------------------------------------ decode
+  // Same as block_tile_decoder (below), using this TempStorage.
+  template <class T, class InverseRotation = rotation>
+  KVTILE_DEVICE void decode(const void* record, T* keys, std::ptrdiff_t key_stride, T* values,
+                            std::ptrdiff_t value_stride, frame f = frame::original);
+
+ private:
+  static constexpr int JD = D / 32;  // per-lane values of a line over channels
+  static constexpr int JG = G / 32;  // per-lane values of a line over tokens
+
+  TempStorage& s_;
+
+  KVTILE_DEVICE int warp_id() const { return static_cast<int>(threadIdx.x >> 5); }
+
+  template <class Loader>
+  KVTILE_DEVICE void load(Loader& loader) {
+    const int lane = lane_id();
+    unsigned f = 0u;
+    for (int g = warp_id(); g < G; g += WARPS) {
+      float v[JD];
+      f |= loader(g, v);
+#pragma unroll
+      for (int j = 0; j < JD; ++j) s_.x[g * XS + lane + 32 * j] = v[j];
+    }
+    f = __reduce_or_sync(full_warp_mask, f);  // flags are per lane
+    if (f && lane == 0) atomicOr(&s_.flags, f);
+    __syncthreads();
+  }
+
+  // Element (r, c) of the side's matrix M: keys M = XK[D x G] (r = channel,
+  // c = token), values M = XV[G x D] (r = token, c = channel).
+  template <bool Key>
+  KVTILE_DEVICE float X(int r, int c) const {
+    return Key ? s_.x[c * XS + r] : s_.x[r * XS + c];
+  }
+  template <bool Key>
+  KVTILE_DEVICE float cur(int r, int c) const {
+    return detail::div(detail::div(X<Key>(r, c), s_.ecol[c]), s_.erow[r]);
+  }
+
+  // Column stds (over the R rows) and row stds (over the C columns) of cur.
+  template <bool Key>
+  KVTILE_DEVICE void col_stds() {
+    constexpr int R = Key ? D : G, C = Key ? G : D, J = R / 32;
+    const int lane = lane_id();
+    for (int c = warp_id(); c < C; c += WARPS) {
+      float v[J];
+#pragma unroll
+      for (int j = 0; j < J; ++j) v[j] = cur<Key>(lane + 32 * j, c);
+      const float sd = warp_canonical_std(v);
+      if (lane == 0) s_.col_std[c] = sd;
+    }
+  }
+  template <bool Key>
+  KVTILE_DEVICE void row_stds() {
+    constexpr int R = Key ? D : G, C = Key ? G : D, J = C / 32;
+    const int lane = lane_id();
+    for (int r = warp_id(); r < R; r += WARPS) {
+      float v[J];
+#pragma unroll
+      for (int j = 0; j < J; ++j) v[j] = cur<Key>(r, lane + 32 * j);
+      const float sd = warp_canonical_std(v);
+      if (lane == 0) s_.row_std[r] = sd;
+    }
+  }
+  // imb of method.md section 2, computed by warp 0 (values are >= +0: order free).
+  template <bool Key>
+  KVTILE_DEVICE float imbalance_warp0() const {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
+    const int lane = lane_id();
+    float cmin = s_.col_std[lane], cmax = cmin, rmin = s_.row_std[lane], rmax = rmin;
+    for (int i = lane + 32; i < C; i += 32) {
+      cmin = detail::fmin(cmin, s_.col_std[i]);
+      cmax = detail::fmax(cmax, s_.col_std[i]);
+    }
+    for (int i = lane + 32; i < R; i += 32) {
+      rmin = detail::fmin(rmin, s_.row_std[i]);
+      rmax = detail::fmax(rmax, s_.row_std[i]);
+    }
+    cmin = warp_fmin(cmin);
+    cmax = warp_fmax(cmax);
+    rmin = warp_fmin(rmin);
+    rmax = warp_fmax(rmax);
+    return detail::add(detail::imbalance_term(cmax, cmin), detail::imbalance_term(rmax, rmin));
+  }
+
+  // sinkhorn<N>::run on the shared tile; leaves the best column scale in best_col.
+  template <bool Key>
+  KVTILE_DEVICE void sinkhorn() {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
+    for (int i = threadIdx.x; i < L; i += BLOCK_THREADS) {
+      s_.lcol[i] = 0.0f;
+      s_.ecol[i] = 1.0f;
+      s_.best_col[i] = 1.0f;
+      s_.lrow[i] = 0.0f;
+      s_.erow[i] = 1.0f;
+    }
+    if constexpr (iterations > 0) {
+      __syncthreads();
+      col_stds<Key>();
+      row_stds<Key>();
+      __syncthreads();
+      if (warp_id() == 0) {
+        const float m = imbalance_warp0<Key>();
+        if (lane_id() == 0) s_.best = m;
+      }
+      for (int it = 0; it < iterations; ++it) {
+        for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) s_.ecol[c] = detail::sinkhorn_update(s_.lcol[c], s_.col_std[c]);
+        __syncthreads();
+        row_stds<Key>();
+        __syncthreads();
+        for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) s_.erow[r] = detail::sinkhorn_update(s_.lrow[r], s_.row_std[r]);
+        __syncthreads();
+        col_stds<Key>();
+        row_stds<Key>();
+        __syncthreads();
+        if (warp_id() == 0) {
+          const float m = imbalance_warp0<Key>();
+          if (lane_id() == 0) {
+            const bool better = m <= s_.best;
+            if (better) s_.best = m;
+            s_.improved = better;
+          }
+        }
+        __syncthreads();
+        if (s_.improved)
+          for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) s_.best_col[c] = s_.ecol[c];
+        // The next write of ecol[c] is by the same thread (same loop mapping).
+      }
+    }
+    __syncthreads();
+  }
+
+  // quantize_side's scale stage: column scale codes, row zeros and steps.
+  template <bool Key, class Rounder>
+  KVTILE_DEVICE bool scales(side_fields& st) {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
+    const int lane = lane_id();
+    // Column lower bounds: max |X| over the column (from +0, so never -0).
+    for (int c = warp_id(); c < C; c += WARPS) {
+      float m = 0.0f;
+      for (int r = lane; r < R; r += 32) {
+        const float x = X<Key>(r, c);
+        m = detail::fmax(m, x < 0 ? -x : x);
+      }
+      m = warp_fmax(m);
+      if (lane == 0) s_.col_lower[c] = detail::fmax(detail::div(m, max_normalized_magnitude), 1.17549435e-38f);
+    }
+    __syncthreads();
+    float vmax = 0.0f;
+    for (int c = lane; c < C; c += 32) vmax = detail::fmax(vmax, detail::fmax(s_.best_col[c], s_.col_lower[c]));
+    vmax = warp_fmax(vmax);  // every warp computes it (cheap), no broadcast needed
+    const float col_vs = format::vector_scale(vmax);
+    for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) {
+      code_type code = format::nearest(s_.best_col[c], col_vs);
+      if (!format::valid_code(code) || !(format::decode(code, col_vs) >= s_.col_lower[c]))
+        if (!format::round_up(s_.col_lower[c], col_vs, code)) s_.fail = 1;
+      st.col[c] = code;
+      s_.col_hat[c] = format::decode(code, col_vs);
+    }
+    if (threadIdx.x == 0) st.col_vs = col_vs;
+    __syncthreads();
+    if (s_.fail) return false;
+    // Rows: range (first-wins min/max), fp16 zero rounded down, required step.
+    constexpr int J = C / 32;
+    for (int r = warp_id(); r < R; r += WARPS) {
+      float y[J];
+#pragma unroll
+      for (int j = 0; j < J; ++j) y[j] = detail::div(X<Key>(r, lane + 32 * j), s_.col_hat[lane + 32 * j]);
+      float lo, hi;
+      warp_line_min_max(y, lo, hi);
+      Rounder::clipped_range(lo, hi, lo, hi);
+      if (lane == 0) {
+        const half_t z = half_round_down(lo);
+        st.zero[r] = z.bits();
+        const float zf = z.to_float();
+        s_.row_z[r] = zf;
+        s_.row_hi[r] = hi;
+        s_.row_need[r] = Rounder::required_scale(hi, zf);
+      }
+    }
+    __syncthreads();
+    float need_max = 0.0f;
+    for (int r = lane; r < R; r += 32) need_max = detail::fmax(need_max, s_.row_need[r]);
+    need_max = warp_fmax(need_max);
+    const float row_vs = format::vector_scale(need_max);
+    for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) {
+      code_type code;
+      bool ok = format::round_up(s_.row_need[r], row_vs, code);
+      while (ok && !Rounder::covers(s_.row_hi[r], format::decode(code, row_vs), s_.row_z[r])) ok = format::next_up(code);
+      if (!ok) s_.fail = 1;
+      st.row[r] = code;
+      s_.row_a[r] = format::decode(code, row_vs);
+    }
+    if (threadIdx.x == 0) st.row_vs = row_vs;
+    __syncthreads();
+    return !s_.fail;
+  }
+
+  // Codes of the side, row-major R x C bytes in s_.codes.
+  template <bool Key, class Rounder>
+  KVTILE_DEVICE void make_codes() {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
+    const int lane = lane_id();
+    for (int r = warp_id(); r < R; r += WARPS) {
+      const float a = s_.row_a[r], z = s_.row_z[r];
+      for (int c = lane; c < C; c += 32) {
+        const float y = detail::div(X<Key>(r, c), s_.col_hat[c]);
+        s_.codes[r * C + c] = static_cast<std::uint8_t>(Rounder::quantize(y, a, z));
+      }
+    }
+  }
+
+  template <bool Key>
+  KVTILE_DEVICE void write_fields(const side_fields& st, std::uint8_t* out) const {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
+    constexpr std::size_t row_off = Key ? layout::key_scale : layout::value_scale;
+    constexpr std::size_t col_off = Key ? layout::key_token_scale : layout::value_channel_scale;
+    constexpr std::size_t zero_off = Key ? layout::key_zero : layout::value_zero;
+    auto* rowp = reinterpret_cast<code_type*>(out + row_off);
+    auto* colp = reinterpret_cast<code_type*>(out + col_off);
+    auto* zp = reinterpret_cast<std::uint16_t*>(out + zero_off);
+    for (int i = threadIdx.x; i < L; i += BLOCK_THREADS) {
+      if (i < R) {
+        rowp[i] = st.row[i];
+        zp[i] = st.zero[i];
+      }
+      if (i < C) colp[i] = st.col[i];
+    }
+    if constexpr (format::has_vector_scale) {
+      if (threadIdx.x == 0) {
+        auto* vs = reinterpret_cast<float*>(out + layout::vector_scales);
+        vs[Key ? int(vector_field::key_scale) : int(vector_field::value_scale)] = st.row_vs;
+        vs[Key ? int(vector_field::key_token_scale) : int(vector_field::value_channel_scale)] = st.col_vs;
+      }
+    }
+  }
+
+  // Packs s_.codes (N codes, row-major, rows contiguous as in the record) into
+  // 16-byte stores: element i -> bit (i % (32/b)) * b of 32-bit word i / (32/b).
+  template <int Bits, int N>
+  KVTILE_DEVICE void write_codes(std::uint8_t* dst) const {
+    constexpr int per_word = 32 / Bits;
+    constexpr int vecs = N / per_word / 4;  // uint4 stores
+    auto* out = reinterpret_cast<uint4*>(dst);
+    for (int i = threadIdx.x; i < vecs; i += BLOCK_THREADS) {
+      std::uint32_t w[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const std::uint8_t* c = s_.codes + (i * 4 + q) * per_word;
+        std::uint32_t word = 0;
+        if constexpr (Bits == 8) {
+          word = *reinterpret_cast<const std::uint32_t*>(c);
+        } else {
+          std::uint32_t bytes[per_word / 4];
+#pragma unroll
+          for (int k = 0; k < per_word / 4; ++k) bytes[k] = reinterpret_cast<const std::uint32_t*>(c)[k];
+#pragma unroll
+          for (int k = 0; k < per_word; ++k) word |= ((bytes[k / 4] >> (8 * (k % 4))) & 0xffu) << (k * Bits);
+        }
+        w[q] = word;
+      }
+      out[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+};
+
+
+// Block-cooperative decode of one (tile, KV head) record into engine layout
+// (G tokens x D, `stride` elements between tokens), bit-identical to the host
+// tile_codec::decode_keys / decode_values (no validation: records must come
+// from encode; run Codec::validate on untrusted records). Smaller shared
+// footprint than block_tile_codec: G * (D + 1) + 3 * max(D, G) floats.
+// Storage: any struct with members x, row_a, row_z, col_hat of at least these
+// sizes (block_tile_codec passes its own TempStorage); void = TempStorage.
+template <class Codec, int BLOCK_THREADS, class Storage = void>
+class block_tile_decoder {
+ public:
+  using config = typename Codec::config;
+  using rotation = typename Codec::rotation;
+  using key_rounder = typename Codec::key_rounder;
+  using value_rounder = typename Codec::value_rounder;
+  static constexpr int D = config::head_dim;
+  static constexpr int G = config::tile_tokens;
+  static constexpr int L = D > G ? D : G;
+  static constexpr int XS = D + 1;
+  static constexpr int WARPS = BLOCK_THREADS / 32;
+  static constexpr int JD = D / 32;
+  static_assert(BLOCK_THREADS % 32 == 0 && BLOCK_THREADS >= 64 && BLOCK_THREADS <= 1024,
+                "BLOCK_THREADS must be a multiple of 32 in [64, 1024]");
+
+  struct TempStorage {
+    float x[G * XS];
+    float row_a[L], row_z[L], col_hat[L];
+  };
+  using storage_type = std::conditional_t<std::is_void_v<Storage>, TempStorage, Storage>;
+
+  KVTILE_DEVICE explicit block_tile_decoder(storage_type& ts) : s_(ts) {}
+
+  template <class T, class InverseRotation = rotation>
+  KVTILE_DEVICE void decode(const void* record, T* keys, std::ptrdiff_t key_stride, T* values,
+                            std::ptrdiff_t value_stride, frame f = frame::original) {
+    decode_keys<T, InverseRotation>(record, keys, key_stride, f);
+    decode_values<T, InverseRotation>(record, values, value_stride, f);
+  }
+
+  template <class T, class InverseRotation = rotation>
+  KVTILE_DEVICE void decode_keys(const void* record, T* keys, std::ptrdiff_t stride, frame f) {
+    using view = record_view<config, typename Codec::packer>;
+    const view v(record);
+    float* a = s_.row_a;
+    float* z = s_.row_z;
+    float* t = s_.col_hat;
+    for (int i = threadIdx.x; i < L; i += BLOCK_THREADS) {
+      if (i < D) {
+        a[i] = v.key_scale(i);
+        z[i] = v.key_zero(i);
+      }
+      if (i < G) t[i] = v.key_token_scale(i);
+    }
+    __syncthreads();
+    // Codes: one 32-bit word per thread (32/b tokens of one channel), lanes
+    // over channels so the shared writes are conflict free.
+    constexpr int b = config::key_bits;
+    constexpr int per_word = 32 / b;
+    constexpr int row_words = G / per_word;
+    const auto* words = reinterpret_cast<const std::uint32_t*>(v.key_codes());
+    for (int i = threadIdx.x; i < D * row_words; i += BLOCK_THREADS) {
+      const int d = i % D, w = i / D;
+      const std::uint32_t word = words[d * row_words + w];
+#pragma unroll
+      for (int k = 0; k < per_word; ++k) {
+        const int g = w * per_word + k;
+        const std::uint32_t code = (word >> (k * b)) & ((1u << b) - 1u);
+        s_.x[g * XS + d] = detail::mul(key_rounder::dequantize(code, a[d], z[d]), t[g]);
+      }
+    }
+    __syncthreads();
+    store_tokens<T, InverseRotation>(keys, stride, f);
+  }
+
+  template <class T, class InverseRotation = rotation>
+  KVTILE_DEVICE void decode_values(const void* record, T* values, std::ptrdiff_t stride, frame f) {
+    using view = record_view<config, typename Codec::packer>;
+    const view v(record);
+    float* c = s_.col_hat;
+    float* a = s_.row_a;
+    float* z = s_.row_z;
+    for (int i = threadIdx.x; i < L; i += BLOCK_THREADS) {
+      if (i < D) c[i] = v.value_channel_scale(i);
+      if (i < G) {
+        a[i] = v.value_scale(i);
+        z[i] = v.value_zero(i);
+      }
+    }
+    __syncthreads();
+    constexpr int b = config::value_bits;
+    constexpr int per_word = 32 / b;
+    constexpr int row_words = D / per_word;
+    const auto* words = reinterpret_cast<const std::uint32_t*>(v.value_codes());
+    for (int i = threadIdx.x; i < G * row_words; i += BLOCK_THREADS) {
+      const int g = i / row_words, w = i % row_words;
+      const std::uint32_t word = words[i];
+#pragma unroll
+      for (int k = 0; k < per_word; ++k) {
+        const int d = w * per_word + k;
+        const std::uint32_t code = (word >> (k * b)) & ((1u << b) - 1u);
+        s_.x[g * XS + d] = detail::mul(value_rounder::dequantize(code, a[g], z[g]), c[d]);
+      }
+    }
+    __syncthreads();
+    store_tokens<T, InverseRotation>(values, stride, f);
+  }
+
+ private:
+  storage_type& s_;
+  KVTILE_DEVICE int warp_id() const { return static_cast<int>(threadIdx.x >> 5); }
+
+  template <class T, class InverseRotation>
+  KVTILE_DEVICE void store_tokens(T* dst, std::ptrdiff_t stride, frame f) {
+    const int lane = lane_id();
+    for (int g = warp_id(); g < G; g += WARPS) {
+      float v[JD];
+#pragma unroll
+      for (int j = 0; j < JD; ++j) v[j] = s_.x[g * XS + lane + 32 * j];
+      if (f == frame::original) warp_rotate_inverse<InverseRotation>(v);
+      T* row = dst + static_cast<std::ptrdiff_t>(g) * stride;
+#pragma unroll
+      for (int j = 0; j < JD; ++j) row[lane + 32 * j] = detail::element_from_float<T>(v[j]);
+    }
+    __syncthreads();
+  }
+
+};
+
+template <class Codec, int BLOCK_THREADS>
+template <class T, class InverseRotation>
+KVTILE_DEVICE void block_tile_codec<Codec, BLOCK_THREADS>::decode(const void* record, T* keys,
+                                                                  std::ptrdiff_t key_stride, T* values,
+                                                                  std::ptrdiff_t value_stride, frame f) {
+  block_tile_decoder<Codec, BLOCK_THREADS, TempStorage>(s_).template decode<T, InverseRotation>(
+      record, keys, key_stride, values, value_stride, f);
+}
+
+}  // namespace kvtile::device

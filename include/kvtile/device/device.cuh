@@ -1,0 +1,14 @@
+// kvtile/device/device.cuh: umbrella for the CUDA device layer (needs nvcc).
+//   warp/warp_primitives.cuh    canonical-order warp sums, stds, min/max, FWHT
+//   block/block_tile_codec.cuh  block_tile_codec (encode) and block_tile_decoder
+//   paged/append.cuh            one token per sequence into the paged cache
+//   paged/prefill.cuh           ragged prefill into the paged cache
+//   paged/decode_fp16.cuh       pages back to fp16
+// docs/gpu-codec.md describes them.
+#pragma once
+
+#include "block/block_tile_codec.cuh"
+#include "paged/append.cuh"
+#include "paged/decode_fp16.cuh"
+#include "paged/prefill.cuh"
+#include "warp/warp_primitives.cuh"

@@ -1,0 +1,145 @@
+// kvtile/device/paged/paged_common.cuh: what the paged kernels share.
+//
+// What a paged record is. The paged cache keeps tokens that are not yet in a
+// complete tile in an fp16 tail, ROTATED (paged_cache.hpp). When a tile
+// completes, its record is encoded from those fp16 rotated values, whether the
+// tokens came one by one (append) or many at once (prefill): prefill rounds its
+// rotated tokens to fp16 exactly as append does. So for every page
+//   record = paged_record_codec<Codec>::encode(round_fp16(rotate(tokens)))
+// where paged_record_codec is Codec with the identity rotation: the records do
+// not depend on how the tokens arrived, and the host model in the tests uses
+// that codec on the host.
+//
+// rotate_to_half (one token, one warp): x -> NaN/Inf replaced by 0 (flag
+// non_finite) -> Codec's rotation -> round to fp16, saturating at +-65504
+// (flag saturated when |rotated| > 65504; a NaN from Inf - Inf cannot occur
+// because inputs are finite after replacement, but a bf16 input near 3e38 can
+// overflow the fp32 sum: such values also saturate).
+//
+// Per-sequence flags (optional int32 array, atomicOr): the paged_flag bits.
+#pragma once
+
+#include <cstdint>
+
+#include "../../codec/tile_codec.hpp"
+#include "../../paged/paged_cache.hpp"
+#include "../../rotation/identity.hpp"
+#include "../block/block_tile_codec.cuh"
+#include "../warp/warp_primitives.cuh"
+
+namespace kvtile::device {
+
+enum paged_flag : std::int32_t {
+  paged_flag_non_finite = 1,    // NaN/Inf input replaced by 0
+  paged_flag_saturated = 2,     // a rotated value exceeded fp16 range and was saturated to +-65504
+  paged_flag_encode_failed = 4, // a tile's encode returned out_of_range (cannot happen with fp16 tails)
+  paged_flag_bad_page = 8,      // page_table entry outside [0, num_pages): tile skipped
+  paged_flag_bad_length = 16,   // seq_lens / cu_seqlens inconsistent: sequence skipped
+};
+
+// Codec used for paged records: same config, normalizer, rounding and packing,
+// identity rotation (the input is already rotated).
+template <class Codec>
+using paged_record_codec = tile_codec<typename Codec::config, identity, typename Codec::normalizer,
+                                      typename Codec::rounding, typename Codec::packer>;
+
+// Host reference of rotate_to_half for one token (the tests' cache model).
+template <class Rotation, int D, class T>
+inline unsigned host_rotate_to_half(const T* src, half_t* dst) {
+  float v[D];
+  unsigned f = 0;
+  for (int d = 0; d < D; ++d) {
+    float x = detail::element_to_float(src[d]);
+    if (!detail::is_finite(x)) {
+      x = 0.0f;
+      f |= paged_flag_non_finite;
+    }
+    v[d] = x;
+  }
+  Rotation::template forward<D>(v);
+  for (int d = 0; d < D; ++d) {
+    float x = v[d];
+    if (detail::is_nan(x)) {
+      x = 0.0f;
+      f |= paged_flag_saturated;
+    } else if (!((x < 0 ? -x : x) <= half_t::max_finite)) {
+      f |= paged_flag_saturated;
+    }
+    dst[d] = detail::element_from_float<half_t>(x);
+  }
+  return f;
+}
+
+#if defined(__CUDACC__)
+// One warp: token src[0..D) -> rotated fp16 in h[j] = element lane + 32 j.
+template <class Rotation, int J, class T>
+KVTILE_DEVICE unsigned rotate_to_half(const T* src, half_t (&h)[J]) {
+  float v[J];
+  unsigned f = 0;
+  const int lane = lane_id();
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    float x = detail::element_to_float(src[lane + 32 * j]);
+    if (!detail::is_finite(x)) {
+      x = 0.0f;
+      f |= paged_flag_non_finite;
+    }
+    v[j] = x;
+  }
+  warp_rotate_forward<Rotation>(v);
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    float x = v[j];
+    if (detail::is_nan(x)) {
+      x = 0.0f;
+      f |= paged_flag_saturated;
+    } else if (!((x < 0 ? -x : x) <= half_t::max_finite)) {
+      f |= paged_flag_saturated;
+    }
+    h[j] = detail::element_from_float<half_t>(x);
+  }
+  return __reduce_or_sync(full_warp_mask, f);
+}
+
+// Loader for one paged tile (tile index `tile` of a sequence): token positions
+// < in_start come from the fp16 tail (already rotated); positions >= in_start
+// from the input (rotated and rounded to fp16 here).
+template <class Rotation, class T>
+struct paged_tile_loader {
+  const half_t* tail;   // [G][D] of this (seq, head)
+  const T* input;       // token at position p: input + (p - in_start) * in_stride
+  std::int64_t in_stride;
+  std::int64_t in_start;
+  std::int64_t tile_pos;  // position of token 0 of the tile
+  int D;
+  int G;
+  std::int32_t* flags;  // optional per-sequence flag word of this sequence
+  template <int J>
+  KVTILE_DEVICE unsigned operator()(int g, float (&v)[J]) const {
+    const std::int64_t p = tile_pos + g;
+    const int lane = lane_id();
+    if (p < in_start) {
+      const half_t* row = tail + static_cast<std::int64_t>(p % G) * D;
+#pragma unroll
+      for (int j = 0; j < J; ++j) v[j] = row[lane + 32 * j].to_float();
+      return load_ok;
+    }
+    half_t h[J];
+    unsigned f = rotate_to_half<Rotation>(input + (p - in_start) * in_stride, h);
+    f = __reduce_or_sync(full_warp_mask, f);
+    if (f && flags && lane == 0) atomicOr(flags, static_cast<int>(f));
+#pragma unroll
+    for (int j = 0; j < J; ++j) v[j] = h[j].to_float();
+    return load_ok;
+  }
+};
+
+namespace detail_paged {
+template <class Kernel>
+inline cudaError_t set_smem(Kernel k, std::size_t bytes) {
+  return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+}  // namespace detail_paged
+#endif
+
+}  // namespace kvtile::device

@@ -1,0 +1,31 @@
+// tests/device/block_codec_d128.cu: block_tile_codec / block_tile_decoder vs the
+// host tile_codec, every preset with D = 128, both packings (see
+// block_codec_common.cuh). Exit 0 pass, 1 fail, 77 no device.
+// Options: --quick (3 tiles per codec, for compute-sanitizer), --tiles N.
+#include "block_codec_common.cuh"
+
+int main(int argc, char** argv) {
+  if (int r = kvtest::require_device()) return r;
+  using namespace kvtile::presets;
+  const int n = kvtest::parse_tiles(argc, argv, 300);
+  kvtest::totals t;
+  kvtest::run_preset<k4v2_g128, 128>("k4v2_g128", n, 11, t);
+  kvtest::run_preset<k4v4_g128, 128>("k4v4_g128", n, 21, t);
+  kvtest::run_preset<k4v2_g64, 128>("k4v2_g64", n, 31, t);
+  kvtest::run_preset<k4v4_g64, 128>("k4v4_g64", n, 41, t);
+  kvtest::run_preset<k2v2_g128, 128>("k2v2_g128", n, 51, t);
+  kvtest::run_preset<k8v8_g128, 128>("k8v8_g128", n, 61, t);
+  // Baselines, other input types, other block sizes.
+  kvtest::run_codec<kivi<128>, kvtile::half_t>("kivi<128>", n, 71, t);
+  kvtest::run_codec<kivi<128, 128, 4, 2, kvtile::fp16_scales>, kvtile::half_t>("kivi<128, fp16_scales>", n, 72, t);
+  kvtest::run_codec<rotate_rtn<128>, kvtile::half_t>("rotate_rtn<128>", n, 73, t);
+  kvtest::run_codec<rotate_rtn<128, 64, 4, 4, kvtile::fp16_scales>, kvtile::half_t>("rotate_rtn<128,g64,fp16_scales>", n, 74, t);
+  kvtest::run_codec<k4v2_g128<128>, float>("k4v2_g128<128> (f32 input)", n, 81, t);
+  kvtest::run_codec<k4v2_g128<128, kvtile::fp16_scales>, float>("k4v2_g128<128,fp16> (f32 input)", n, 82, t);
+  kvtest::run_codec<k4v2_g128<128>, kvtile::bfloat16_t>("k4v2_g128<128> (bf16 input)", n, 83, t);
+  kvtest::run_codec<k4v2_g128<128>, kvtile::half_t, 128>("k4v2_g128<128>", n, 84, t);
+  kvtest::run_codec<k4v2_g64<128>, kvtile::half_t, 1024>("k4v2_g64<128>", n, 85, t);
+  using rh = kvtile::tile_codec<kvtile::tile_config<128, 128, 4, 2>, kvtile::randomized_hadamard<42>, kvtile::sinkhorn<8>, kvtile::rtn<>, kvtile::fp8_scales>;
+  kvtest::run_codec<rh, kvtile::half_t>("randomized_hadamard<42> k4v2_g128", n, 86, t);
+  return kvtest::report(t);
+}
