@@ -7,6 +7,7 @@
 // Both give round_up (the smallest stored value >= v) and nearest rounding.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "../config.hpp"
