@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The README's demo command: installs what it needs on Debian 12, builds
+# kvtile-eval (host only, Release) and runs it on its embedded LLM-like K/V:
+# the table of every preset goes to stdout, the Pareto plot to kvtile-eval.png.
+# Extra arguments are passed to kvtile-eval (e.g. --k my_k.npy --v my_v.npy).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev gnuplot-nox)
+if command -v apt-get >/dev/null 2>&1; then
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  missing=()
+  for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if ((${#missing[@]})); then
+    $sudo apt-get update
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+cmake -S . -B build/demo -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DKVTILE_BUILD_TESTS=OFF -DKVTILE_BUILD_EXAMPLES=OFF -DKVTILE_BUILD_BENCH=OFF \
+  -DKVTILE_BUILD_TOOLS=ON -DKVTILE_ENABLE_CUDA=OFF -DKVTILE_WERROR=OFF >/dev/null
+cmake --build build/demo --target kvtile-eval
+exec ./build/demo/tools/kvtile-eval "$@"
