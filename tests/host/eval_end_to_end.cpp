@@ -1,0 +1,277 @@
+// kvtile-eval end to end: the Sinkhorn memo leaves records byte-identical,
+// run_app on the committed tinylm slice and on a small generated dump writes a
+// consistent table, JSON, CSV and plot; errors and a missing gnuplot are
+// reported, not fatal.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../../tools/kvtile-eval/app.hpp"
+
+#ifndef KVTILE_TEST_DATA_DIR
+#define KVTILE_TEST_DATA_DIR "tests/data"
+#endif
+
+namespace fs = std::filesystem;
+using namespace kvtile_eval;
+
+namespace {
+fs::path temp_dir(const char* tag) {
+  static int counter = 0;
+  fs::path d = fs::temp_directory_path() / ("kvtile_eval_e2e_" + std::string(tag) + "_" +
+                                            std::to_string(static_cast<long>(::getpid())) + "_" + std::to_string(counter++));
+  fs::create_directories(d);
+  return d;
+}
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+
+template <class Preset>
+void check_memo_identical() {
+  using Memo = with_memo_t<Preset>;
+  static_assert(!std::is_same_v<Memo, Preset>, "kvarn presets get the memo");
+  constexpr int D = Preset::D, G = Preset::G;
+  generator_params p;
+  p.tokens = 2 * G;
+  p.kv_heads = 1;
+  p.q_heads = 1;
+  p.head_dim = D;
+  dataset ds;
+  generate_dataset(p, 1, ds);
+  for (int tile = 0; tile < 2; ++tile) {
+    const float* k = ds.key(0, tile * G, 0);
+    const float* v = ds.value(0, tile * G, 0);
+    std::vector<unsigned char> a(Preset::record_bytes, 0), b(Preset::record_bytes, 0), c(Preset::record_bytes, 0);
+    REQUIRE(kvtile::ok(Preset::encode(k, D, v, D, a.data())));
+    sinkhorn_memo_slot ks, vs;
+    for (auto* rec : {&b, &c}) {  // first call fills the slots, the second reuses them
+      memo_slot = &ks;
+      REQUIRE(kvtile::ok(Memo::encode_keys(k, D, rec->data())));
+      memo_slot = &vs;
+      REQUIRE(kvtile::ok(Memo::encode_values(v, D, rec->data())));
+      memo_slot = nullptr;
+      CHECK(ks.valid);
+    }
+    CHECK(a == b);
+    CHECK(a == c);
+  }
+}
+
+nlohmann::json method_by_name(const nlohmann::json& j, const std::string& name) {
+  for (const auto& m : j["methods"])
+    if (m["name"] == name) return m;
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("eval memo: records are byte-identical to the presets'") {
+  check_memo_identical<kvtile::presets::k4v2_g128<128>>();
+  check_memo_identical<kvtile::presets::k2v2_g128<128, kvtile::fp16_scales>>();
+  check_memo_identical<kvtile::presets::k4v4_g64<64>>();
+  // a slot filled by one tile is not reused for another (hash check)
+  using Memo = with_memo_t<kvtile::presets::k4v2_g128<128>>;
+  using Preset = kvtile::presets::k4v2_g128<128>;
+  generator_params p;
+  p.tokens = 256;
+  p.kv_heads = 1;
+  p.q_heads = 1;
+  dataset ds;
+  generate_dataset(p, 1, ds);
+  sinkhorn_memo_slot s;
+  std::vector<unsigned char> a(Preset::record_bytes), b(Preset::record_bytes);
+  memo_slot = &s;
+  REQUIRE(kvtile::ok(Memo::encode_keys(ds.key(0, 0, 0), 128, b.data())));
+  REQUIRE(kvtile::ok(Memo::encode_keys(ds.key(0, 128, 0), 128, b.data())));
+  memo_slot = nullptr;
+  REQUIRE(kvtile::ok(Preset::encode_keys(ds.key(0, 128, 0), 128, a.data())));
+  CHECK(std::equal(a.begin(), a.begin() + 128 * 128 / 2, b.begin()));
+}
+
+TEST_CASE("eval end to end: tinylm slice -> table, JSON, CSV and plot agree") {
+  const fs::path d = temp_dir("tiny");
+  const std::string dir = std::string(KVTILE_TEST_DATA_DIR) + "/kvtile-eval/";
+  app_options o;
+  o.keys = dir + "tinylm_w0_l0_256_k.npy";
+  o.values = dir + "tinylm_w0_l0_256_v.npy";
+  o.queries = dir + "tinylm_w0_l0_256_q.npy";
+  o.threads = 2;
+  o.json = (d / "r.json").string();
+  o.csv = (d / "r.csv").string();
+  o.plot = (d / "r.png").string();
+  o.progress = 0;
+  std::ostringstream out, err;
+  eval_result r;
+  const int rc = run_app(o, out, err, &r);
+  INFO("stderr: " << err.str());
+  REQUIRE(rc == 0);
+  const std::string table = out.str();
+  for (const auto& m : all_methods()) CHECK_MESSAGE(table.find(m.name()) != std::string::npos, m.name());
+  CHECK(table.find("best preset") != std::string::npos);
+  CHECK(table.find("attention error by context length") != std::string::npos);
+
+  const auto j = nlohmann::json::parse(slurp(d / "r.json"));
+  REQUIRE(j["methods"].size() == 24);
+  CHECK(j["input"]["tokens"] == 256);
+  CHECK(j["input"]["q_heads"] == 4);
+  CHECK(j["settings"]["context_positions"] == std::vector<int>{256});
+  for (const auto& m : j["methods"]) {
+    CHECK(m["ok"] == true);
+    const double e = m["overall"]["attention"]["rel_err_mean"];
+    CHECK(e >= 0);
+    CHECK(m["overall"]["attention"]["samples"] == 64 * 2);
+  }
+  // bits are the codec's own accounting
+  CHECK(method_by_name(j, "k4v2_g128/fp8")["bits_per_element"] ==
+        doctest::Approx(kvtile::presets::k4v2_g128<128>::bits_per_element));
+  CHECK(method_by_name(j, "k4v2_g64/fp16")["bits_per_element"] ==
+        doctest::Approx(kvtile::presets::k4v2_g64<128, kvtile::fp16_scales>::bits_per_element));
+  CHECK(method_by_name(j, "token_rtn k4v2")["bits_per_element"] == doctest::Approx(3.25));
+  // same key side (bits 4, G, packing) -> identical key metrics
+  CHECK(method_by_name(j, "k4v2_g128/fp8")["overall"]["keys"] == method_by_name(j, "k4v4_g128/fp8")["overall"]["keys"]);
+  // more bits, less error
+  const double e8 = method_by_name(j, "k8v8_g128/fp8")["overall"]["attention"]["rel_err_mean"];
+  const double e4 = method_by_name(j, "k4v4_g128/fp8")["overall"]["attention"]["rel_err_mean"];
+  const double e2 = method_by_name(j, "k2v2_g128/fp8")["overall"]["attention"]["rel_err_mean"];
+  CHECK(e8 < e4);
+  CHECK(e4 < e2);
+  CHECK(method_by_name(j, "k8v8_g128/fp8")["overall"]["keys"]["snr_db"].get<double>() > 40.0);
+  // the in-memory result is what was written
+  REQUIRE(r.methods.size() == 24);
+  CHECK(r.methods[0].all.attn.rel_err_mean == doctest::Approx(j["methods"][0]["overall"]["attention"]["rel_err_mean"].get<double>()));
+
+  // CSV: header + one "all" and one "layer0" row per method; values match the JSON
+  std::istringstream csv(slurp(d / "r.csv"));
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line.rfind("method,family,config,packing,scope,bits_per_element", 0) == 0);
+  const std::size_t ncols = static_cast<std::size_t>(std::count(line.begin(), line.end(), ',')) + 1;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    CHECK(static_cast<std::size_t>(std::count(line.begin(), line.end(), ',')) + 1 == ncols);
+    if (line.rfind("k2v2_g128/fp8,kvarn,k2v2_g128,fp8,all,", 0) == 0) {
+      std::vector<std::string> f;
+      std::stringstream ls(line);
+      for (std::string c; std::getline(ls, c, ',');) f.push_back(c);
+      REQUIRE(f.size() > 20);
+      CHECK(std::stod(f[20]) == doctest::Approx(e2).epsilon(1e-6));  // attn_rel_err_mean
+    }
+  }
+  CHECK(rows == 48);
+
+  if (have_gnuplot()) {
+    const std::string png = slurp(d / "r.png");
+    REQUIRE(png.size() > 1000);
+    CHECK(png.compare(1, 3, "PNG") == 0);
+  } else {
+    CHECK(err.str().find("gnuplot not found") != std::string::npos);
+  }
+  fs::remove_all(d);
+}
+
+TEST_CASE("eval end to end: generated dump with layers, SVG plot, thread-count independence") {
+  const fs::path d = temp_dir("gen");
+  app_options o;
+  o.gen.layers = 2;
+  o.gen.tokens = 600;  // 4 tiles of 128 + 88 fp16 tail tokens; 9 tiles of 64 + 24
+  o.gen.kv_heads = 2;
+  o.gen.q_heads = 4;
+  o.methods = "kvarn+k4v2_g128,kvarn+k4v2_g64,kivi+k4v2,token_rtn+k4v2";
+  o.threads = 1;
+  o.json = (d / "a.json").string();
+  o.csv = (d / "a.csv").string();
+  o.plot = (d / "a.svg").string();
+  o.progress = 0;
+  std::ostringstream out, err;
+  REQUIRE(run_app(o, out, err) == 0);
+  o.threads = 2;
+  o.json = (d / "b.json").string();
+  o.plot.clear();
+  std::ostringstream out2, err2;
+  REQUIRE(run_app(o, out2, err2) == 0);
+  auto a = nlohmann::json::parse(slurp(d / "a.json")), b = nlohmann::json::parse(slurp(d / "b.json"));
+  REQUIRE(a["methods"].size() == 6);
+  for (std::size_t i = 0; i < a["methods"].size(); ++i) {
+    CHECK(a["methods"][i]["overall"] == b["methods"][i]["overall"]);
+    CHECK(a["methods"][i]["layers"].size() == 2);
+  }
+  // effective bits include the fp16 tail
+  const auto m = a["methods"][0];
+  CHECK(m["name"] == "k4v2_g128/fp8");
+  const double bits = m["bits_per_element"], eff = m["effective_bits_per_element"];
+  CHECK(eff == doctest::Approx((512 * bits + 88 * 16.0) / 600));
+  CHECK(out.str().find("per layer") != std::string::npos);
+  const std::string csv = slurp(d / "a.csv");
+  CHECK(csv.find(",layer1,") != std::string::npos);
+  if (have_gnuplot()) CHECK(slurp(d / "a.svg").find("<svg") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("eval end to end: errors are reported, a missing gnuplot only warns") {
+  const fs::path d = temp_dir("err");
+  std::ostringstream out, err;
+  app_options o;
+  o.progress = 0;
+  // truncated input
+  {
+    std::vector<float> v(64 * 2 * 128, 0.25f);
+    std::string e;
+    REQUIRE(write_npy_file((d / "k.npy").string(), {64, 2, 128}, v.data(), dtype::float16, e));
+    fs::resize_file(d / "k.npy", fs::file_size(d / "k.npy") - 10);
+    o.keys = (d / "k.npy").string();
+    o.values = o.keys;
+    CHECK(run_app(o, out, err) == 1);
+    CHECK(err.str().find("truncated") != std::string::npos);
+  }
+  // unknown extension, only one of K/V
+  err.str("");
+  o.keys = (d / "k.bin").string();
+  CHECK(run_app(o, out, err) == 1);
+  CHECK(err.str().find("unknown file type") != std::string::npos);
+  err.str("");
+  o.values.clear();
+  CHECK(run_app(o, out, err) == 1);
+  CHECK(err.str().find("both --keys and --values") != std::string::npos);
+  // device and method errors
+  o = app_options{};
+  o.progress = 0;
+  o.device = "cuda";
+  err.str("");
+  CHECK(run_app(o, out, err) == 1);
+#if !KVTILE_EVAL_HAVE_CUDA
+  CHECK(err.str().find("built without CUDA") != std::string::npos);
+#endif
+  o.device = "tpu";
+  CHECK(run_app(o, out, err) == 2);
+  o.device = "cpu";
+  o.methods = "k5v5";
+  CHECK(run_app(o, out, err) == 2);
+  // gnuplot missing: warning, exit 0, no plot
+  o.methods = "k4v2_g128+fp8";
+  o.gen.tokens = 256;
+  o.gen.kv_heads = 1;
+  o.gen.q_heads = 2;
+  o.plot = (d / "p.png").string();
+  ::setenv("KVTILE_EVAL_GNUPLOT", "kvtile-eval-no-such-gnuplot", 1);
+  err.str("");
+  std::ostringstream out2;
+  CHECK(run_app(o, out2, err) == 0);
+  ::unsetenv("KVTILE_EVAL_GNUPLOT");
+  CHECK(err.str().find("gnuplot not found") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "p.png"));
+  CHECK(out2.str().find("k4v2_g128/fp8") != std::string::npos);
+  fs::remove_all(d);
+}

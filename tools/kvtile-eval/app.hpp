@@ -1,0 +1,252 @@
+// tools/kvtile-eval/app.hpp: kvtile-eval's main logic as a function (main.cpp
+// parses the command line with CLI11 and calls run_app; tests call it directly).
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#define KVTILE_EVAL_HAVE_ISATTY 1
+#endif
+
+#include "evaluate.hpp"
+#include "npy.hpp"
+#include "report.hpp"
+#include "safetensors.hpp"
+
+#ifndef KVTILE_EVAL_HAVE_CUDA
+#define KVTILE_EVAL_HAVE_CUDA 0
+#endif
+#if KVTILE_EVAL_HAVE_CUDA
+// tools/kvtile-eval/cuda/probe.cu: number of CUDA devices (0 when none or on error).
+int kvtile_eval_cuda_device_count();
+#endif
+
+namespace kvtile_eval {
+
+struct app_options {
+  // inputs (all empty: the embedded generator)
+  std::string keys, values, queries;
+  std::string keys_tensor, values_tensor, queries_tensor;  // safetensors tensor names
+  int max_tokens = 0;                                      // use only the first N tokens (0: all)
+  // generator
+  generator_params gen;
+  // evaluation
+  std::string methods = "all";
+  int threads = 0;
+  int queries_per_layer = 64;  // (position, KV head) pairs; every query head of the group attends
+  int context_queries = 16;
+  std::uint64_t sample_seed = 1;
+  std::vector<double> budgets = default_budgets();
+  std::string device = "cpu";
+  // outputs
+  std::string json, csv, plot;
+  bool table = true;
+  bool quiet = false;
+  int progress = -1;  // -1: when stderr is a terminal; 0: never; 1: always
+};
+
+namespace detail {
+inline bool ends_with_ci(const std::string& s, const std::string& e) {
+  if (s.size() < e.size()) return false;
+  for (std::size_t i = 0; i < e.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[s.size() - e.size() + i])) != e[i]) return false;
+  return true;
+}
+
+inline bool load_tensor(const std::string& path, const std::string& name, const std::vector<std::string>& candidates,
+                        tensor& t, std::string& err) {
+  if (ends_with_ci(path, ".npy")) {
+    if (!name.empty()) {
+      err = path + ": a tensor name was given, but .npy files hold one array";
+      return false;
+    }
+    return read_npy_file(path, t, err);
+  }
+  if (ends_with_ci(path, ".safetensors")) return read_safetensors_file(path, name, candidates, t, err);
+  err = path + ": unknown file type (expected .npy or .safetensors)";
+  return false;
+}
+
+// Keeps the first n tokens of a [tokens][h][d] or [layers][tokens][h][d] tensor.
+inline void truncate_tokens(tensor& t, std::size_t n) {
+  if (t.shape.size() < 3 || t.shape.size() > 4) return;
+  const std::size_t ax = t.shape.size() - 3;
+  if (t.shape[ax] <= n) return;
+  const std::size_t outer = ax ? t.shape[0] : 1;
+  const std::size_t inner = t.shape[ax + 1] * t.shape[ax + 2];
+  const std::size_t old_t = t.shape[ax];
+  std::vector<float> d(outer * n * inner);
+  for (std::size_t o = 0; o < outer; ++o)
+    std::copy(t.data.begin() + static_cast<std::ptrdiff_t>(o * old_t * inner),
+              t.data.begin() + static_cast<std::ptrdiff_t>((o * old_t + n) * inner),
+              d.begin() + static_cast<std::ptrdiff_t>(o * n * inner));
+  t.data.swap(d);
+  t.shape[ax] = n;
+}
+
+class progress_meter {
+ public:
+  progress_meter(bool enabled) : enabled_(enabled), start_(std::chrono::steady_clock::now()) {}
+  void operator()(std::size_t done, std::size_t total, const std::string& what) {
+    if (!enabled_) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (s < 1.5 && done < total) return;  // quiet for short runs
+    const double frac = total ? static_cast<double>(done) / total : 1.0;
+    std::fprintf(stderr, "\r[kvtile-eval] %3d%% %-44.44s %6.1f s", static_cast<int>(100 * frac + 0.5), what.c_str(), s);
+    if (done >= total) std::fprintf(stderr, "\r%-80s\r", "");
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void finish() {
+    if (enabled_ && shown_) {
+      std::fprintf(stderr, "\r%-80s\r", "");
+      std::fflush(stderr);
+    }
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace detail
+
+inline bool stderr_is_terminal() {
+#ifdef KVTILE_EVAL_HAVE_ISATTY
+  return isatty(2) != 0;
+#else
+  return false;
+#endif
+}
+
+// Loads the inputs (files or generator) into ds.
+inline bool load_inputs(const app_options& o, dataset& ds, std::string& err) {
+  if (o.keys.empty() && o.values.empty()) {
+    if (!o.queries.empty()) {
+      err = "--queries needs --keys and --values";
+      return false;
+    }
+    const auto& g = o.gen;
+    if (g.layers < 1 || g.layers > 1024 || g.tokens < 1 || g.tokens > (1 << 24) || g.kv_heads < 1 ||
+        g.kv_heads > 1024 || g.q_heads < 1 || g.q_heads % g.kv_heads != 0 ||
+        (g.head_dim != 64 && g.head_dim != 128 && g.head_dim != 256)) {
+      err = "generator: need layers >= 1, tokens in [1, 2^24], kv heads >= 1, query heads a multiple of the KV heads "
+            "and head_dim 64, 128 or 256";
+      return false;
+    }
+    generate_dataset(g, o.threads > 0 ? o.threads : default_threads(), ds);
+    return true;
+  }
+  if (o.keys.empty() || o.values.empty()) {
+    err = "give both --keys and --values (or neither, for the embedded generator)";
+    return false;
+  }
+  tensor k, v, q;
+  if (!detail::load_tensor(o.keys, o.keys_tensor, {"k", "key", "keys", "k_cache", "key_cache"}, k, err) ||
+      !detail::load_tensor(o.values, o.values_tensor, {"v", "value", "values", "v_cache", "value_cache"}, v, err))
+    return false;
+  const bool have_q = !o.queries.empty();
+  if (have_q && !detail::load_tensor(o.queries, o.queries_tensor, {"q", "query", "queries"}, q, err)) return false;
+  if (o.max_tokens > 0) {
+    detail::truncate_tokens(k, static_cast<std::size_t>(o.max_tokens));
+    detail::truncate_tokens(v, static_cast<std::size_t>(o.max_tokens));
+    if (have_q) detail::truncate_tokens(q, static_cast<std::size_t>(o.max_tokens));
+  }
+  if (!make_dataset(std::move(k), std::move(v), have_q ? &q : nullptr, ds, err)) return false;
+  ds.description = "K " + o.keys + ", V " + o.values + (have_q ? ", Q " + o.queries : std::string()) + " (" +
+                   std::to_string(ds.layers) + " layer(s) x " + std::to_string(ds.tokens) + " tokens x " +
+                   std::to_string(ds.kv_heads) + " KV heads x D=" + std::to_string(ds.head_dim) + ", " + ds.k_dtype +
+                   ")";
+  return true;
+}
+
+// The whole program; returns the exit code (0 ok, 1 error, 2 usage).
+inline int run_app(const app_options& o, std::ostream& out, std::ostream& errs, eval_result* result_out = nullptr) {
+  if (o.device == "cuda") {
+#if KVTILE_EVAL_HAVE_CUDA
+    if (kvtile_eval_cuda_device_count() <= 0) {
+      errs << "kvtile-eval: --device cuda: no GPU (no CUDA device found); use --device cpu\n";
+      return 1;
+    }
+    errs << "kvtile-eval: --device cuda is not implemented yet; use --device cpu\n";
+    return 1;
+#else
+    errs << "kvtile-eval: --device cuda: kvtile-eval was built without CUDA; use --device cpu\n";
+    return 1;
+#endif
+  } else if (o.device != "cpu") {
+    errs << "kvtile-eval: unknown --device '" << o.device << "' (cpu or cuda)\n";
+    return 2;
+  }
+  eval_options eo;
+  std::string err;
+  if (!select_methods(o.methods, eo.methods, err)) {
+    errs << "kvtile-eval: " << err << "\n";
+    return 2;
+  }
+  for (double b : o.budgets)
+    if (!(b > 0)) {
+      errs << "kvtile-eval: budgets must be positive fractions (e.g. 0.05 for 5%)\n";
+      return 2;
+    }
+  eo.threads = o.threads;
+  eo.queries = o.queries_per_layer;
+  eo.context_queries = o.context_queries;
+  eo.sample_seed = o.sample_seed;
+  const bool show = o.progress == 1 || (o.progress == -1 && !o.quiet && stderr_is_terminal());
+  detail::progress_meter meter(show);
+  eo.progress = [&](std::size_t d, std::size_t t, const std::string& w) { meter(d, t, w); };
+
+  dataset ds;
+  meter(0, 1, "loading");
+  if (!load_inputs(o, ds, err)) {
+    meter.finish();
+    errs << "kvtile-eval: " << err << "\n";
+    return 1;
+  }
+  if (ds.qsrc == query_source::keys_proxy && !o.quiet)
+    errs << "kvtile-eval: note: no --queries given; the keys serve as queries (a proxy: real queries attend "
+            "differently)\n";
+  if (ds.tokens < 128 && !o.quiet)
+    errs << "kvtile-eval: warning: " << ds.tokens
+         << " tokens: fewer than one 128-token tile, most methods quantize nothing\n";
+  eval_result r;
+  if (!evaluate(ds, eo, r, err)) {
+    meter.finish();
+    errs << "kvtile-eval: " << err << "\n";
+    return 1;
+  }
+  meter.finish();
+  const ranking k = rank_methods(r, o.budgets);
+  if (o.table) print_table(r, k, out);
+  int rc = 0;
+  for (const auto& m : r.methods)
+    if (!m.ok && !o.quiet) errs << "kvtile-eval: warning: " << m.spec.name() << " failed: " << m.error << "\n";
+  if (!o.json.empty() && !write_json(r, k, o.json, err)) {
+    errs << "kvtile-eval: " << err << "\n";
+    rc = 1;
+  }
+  if (!o.csv.empty() && !write_csv(r, k, o.csv, err)) {
+    errs << "kvtile-eval: " << err << "\n";
+    rc = 1;
+  }
+  if (!o.plot.empty()) {
+    std::string msg;
+    const plot_status ps = write_plot(r, k, o.plot, msg);
+    if (ps == plot_status::no_gnuplot) {
+      errs << "kvtile-eval: warning: " << msg << "\n";
+    } else if (ps == plot_status::failed) {
+      errs << "kvtile-eval: " << msg << "\n";
+      rc = 1;
+    }
+  }
+  if (result_out) *result_out = std::move(r);
+  return rc;
+}
+
+}  // namespace kvtile_eval

@@ -1,0 +1,79 @@
+// kvtile-eval: measures every kvtile preset and baseline on your own K/V dumps
+// (or on the embedded LLM-like generator) and writes a table, JSON, CSV and a
+// Pareto plot. docs/kvtile-eval.md is the manual.
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "app.hpp"
+
+int main(int argc, char** argv) {
+  kvtile_eval::app_options o;
+  CLI::App app{
+      "kvtile-eval: measure kvtile's presets and baselines on K/V dumps (.npy float16/float32, .safetensors "
+      "F16/BF16/F32; shape [tokens][kv_heads][head_dim] or [layers][tokens][kv_heads][head_dim]). With no files, "
+      "an embedded LLM-like generator is used (docs/kvtile-eval.md)."};
+  app.get_formatter()->column_width(34);
+
+  auto* in = app.add_option_group("Input");
+  in->add_option("-k,--keys", o.keys, "keys file (.npy or .safetensors)");
+  in->add_option("-v,--values", o.values, "values file (.npy or .safetensors)");
+  in->add_option("-q,--queries", o.queries,
+                 "queries file, [tokens][q_heads][head_dim] (or with layers); without it the keys serve as queries");
+  in->add_option("--keys-tensor", o.keys_tensor, "tensor name in a .safetensors keys file");
+  in->add_option("--values-tensor", o.values_tensor, "tensor name in a .safetensors values file");
+  in->add_option("--queries-tensor", o.queries_tensor, "tensor name in a .safetensors queries file");
+  in->add_option("--max-tokens", o.max_tokens, "use only the first N tokens of the dump (0: all)")
+      ->check(CLI::NonNegativeNumber);
+
+  auto* gen = app.add_option_group("Generator (when no files are given)");
+  gen->add_option("--gen-tokens", o.gen.tokens, "tokens")->capture_default_str();
+  gen->add_option("--gen-layers", o.gen.layers, "layers")->capture_default_str();
+  gen->add_option("--gen-kv-heads", o.gen.kv_heads, "KV heads")->capture_default_str();
+  gen->add_option("--gen-q-heads", o.gen.q_heads, "query heads (a multiple of the KV heads)")->capture_default_str();
+  gen->add_option("--gen-head-dim", o.gen.head_dim, "head_dim (64, 128, 256)")->capture_default_str();
+  gen->add_option("--seed", o.gen.seed, "generator seed")->capture_default_str();
+
+  auto* ev = app.add_option_group("Evaluation");
+  ev->add_option("-m,--methods", o.methods,
+                 "comma-separated: all, presets, baselines, kvarn, kivi, rotate_rtn, token_rtn, a shape (k4v2_g128, "
+                 "k4v2), fp8, fp16, a full name; '+' intersects (kivi+k2v2)")
+      ->capture_default_str();
+  ev->add_option("-j,--threads", o.threads, "worker threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  ev->add_option("--queries-per-layer", o.queries_per_layer, "sampled (position, KV head) pairs per layer; all query heads of the KV group attend")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  ev->add_option("--context-queries", o.context_queries, "sampled (position, KV head) pairs per context checkpoint and layer")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  ev->add_option("--sample-seed", o.sample_seed, "seed of the query sampling")->capture_default_str();
+  ev->add_option("--budgets", o.budgets, "attention-error budgets (fractions) for the 'best' marks")
+      ->capture_default_str()
+      ->delimiter(',');
+  ev->add_option("--device", o.device, "cpu, or cuda (needs a CUDA build and a GPU)")->capture_default_str();
+
+  auto* outg = app.add_option_group("Output");
+  outg->add_option("--json", o.json, "write all results as JSON");
+  outg->add_option("--csv", o.csv, "write all results as CSV (one row per method and scope)");
+  outg->add_option("--plot", o.plot, "write the Pareto plot (.png via pngcairo, or .svg) with gnuplot");
+  bool no_table = false, no_progress = false, progress = false;
+  outg->add_flag("--no-table", no_table, "do not print the table");
+  outg->add_flag("--quiet", o.quiet, "no notes, warnings or progress on stderr");
+  outg->add_flag("--progress", progress, "always show progress on stderr");
+  outg->add_flag("--no-progress", no_progress, "never show progress");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  o.table = !no_table;
+  o.progress = no_progress ? 0 : progress ? 1 : -1;
+  try {
+    return kvtile_eval::run_app(o, std::cout, std::cerr);
+  } catch (const std::exception& e) {
+    std::cerr << "kvtile-eval: error: " << e.what() << "\n";
+    return 1;
+  }
+}

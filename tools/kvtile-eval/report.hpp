@@ -1,0 +1,470 @@
+// tools/kvtile-eval/report.hpp: table, JSON, CSV and the gnuplot Pareto plot.
+//
+// The primary error metric is the mean attention-output relative error over
+// the sampled queries ("attn err"); budgets mark, per error budget, the preset
+// with the fewest bits per element whose attn err is within it (baselines are
+// shown for comparison, not marked). The Pareto front is over all methods'
+// (bits per element, attn err).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <kvtile/version.hpp>
+
+#include "evaluate.hpp"
+
+namespace kvtile_eval {
+
+inline std::vector<double> default_budgets() { return {0.01, 0.02, 0.05, 0.10, 0.20}; }
+
+struct ranking {
+  std::vector<double> budgets;
+  std::vector<int> best;     // per budget: method index or -1
+  std::vector<bool> pareto;  // per method
+};
+
+inline ranking rank_methods(const eval_result& r, const std::vector<double>& budgets) {
+  ranking k;
+  k.budgets = budgets;
+  const std::size_t n = r.methods.size();
+  k.pareto.assign(n, false);
+  auto err = [&](std::size_t i) { return r.methods[i].all.attn.rel_err_mean; };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!r.methods[i].ok) continue;
+    bool dominated = false;
+    for (std::size_t j = 0; j < n && !dominated; ++j) {
+      if (j == i || !r.methods[j].ok) continue;
+      const double bi = r.methods[i].bits, bj = r.methods[j].bits;
+      dominated = bj <= bi && err(j) <= err(i) && (bj < bi || err(j) < err(i));
+    }
+    k.pareto[i] = !dominated;
+  }
+  // Best per budget: the kvtile preset (family kvarn) with the fewest bits
+  // whose attn err is within the budget; bits within 0.5% count as equal and
+  // then the lower error wins.
+  for (double b : budgets) {
+    int best = -1;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!r.methods[i].ok || r.methods[i].spec.fam != family::kvarn || !(err(i) <= b)) continue;
+      const double bi = r.methods[i].bits;
+      const double bb = best < 0 ? 0.0 : r.methods[best].bits;
+      if (best < 0 || bi < bb * 0.995 || (bi <= bb * 1.005 && err(i) < err(best))) best = static_cast<int>(i);
+    }
+    k.best.push_back(best);
+  }
+  return k;
+}
+
+namespace detail {
+inline std::string fmt(const char* f, double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (std::isnan(v)) return "nan";
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+inline std::string pct(double v) { return fmt("%.2f%%", 100.0 * v); }
+inline std::string budget_label(double b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "<=%g%%", 100.0 * b);
+  return s;
+}
+inline std::string pad(std::string s, std::size_t w, bool left = false) {
+  if (s.size() >= w) return s;
+  return left ? s + std::string(w - s.size(), ' ') : std::string(w - s.size(), ' ') + s;
+}
+inline const char* query_source_name(query_source q) {
+  return q == query_source::file ? "file" : q == query_source::generated ? "generated" : "keys (proxy: no queries given)";
+}
+inline std::string context_label(int c) {
+  if (c % 1024 == 0) return std::to_string(c / 1024) + "K";
+  return std::to_string(c);
+}
+}  // namespace detail
+
+inline void print_table(const eval_result& r, const ranking& k, std::ostream& o) {
+  using detail::fmt;
+  using detail::pad;
+  using detail::pct;
+  o << "kvtile-eval " << KVTILE_VERSION_MAJOR << "." << KVTILE_VERSION_MINOR << "." << KVTILE_VERSION_PATCH << ": "
+    << r.description << "\n";
+  const int g = r.kv_heads > 0 ? r.q_heads / r.kv_heads : 1;
+  o << "  queries: " << detail::query_source_name(r.qsrc) << "; per layer " << r.queries_per_layer
+    << " sampled (position, KV head) pairs x " << g << " query heads, and " << r.context_queries
+    << " pairs per context checkpoint; " << r.threads << " threads, " << fmt("%.1f", r.seconds) << " s\n";
+  o << "  tokens of a trailing partial tile stay fp16 (as an engine's tail); 'bits' counts a quantized tile "
+       "(K and V, all metadata)\n\n";
+  const std::size_t wn = 26;
+  o << pad("method", wn, true) << pad("bits", 7) << pad("x fp16", 8) << pad("K SNR", 8) << pad("V SNR", 8)
+    << pad("K cos", 9) << pad("V cos", 9) << pad("K tok w5%", 11) << pad("V tok w5%", 11) << pad("attn err", 10)
+    << pad("attn p95", 10) << pad("KL", 10) << pad("KL w5%", 10) << "  best\n";
+  for (std::size_t i = 0; i < r.methods.size(); ++i) {
+    const method_result& m = r.methods[i];
+    std::string name = (k.pareto[i] ? "* " : "  ") + m.spec.name();
+    if (!m.ok) {
+      o << pad(name, wn, true) << "  failed: " << m.error << "\n";
+      continue;
+    }
+    const scope_metrics& s = m.all;
+    std::string best;
+    for (std::size_t b = 0; b < k.budgets.size(); ++b)
+      if (k.best[b] == static_cast<int>(i)) best += (best.empty() ? "" : " ") + detail::budget_label(k.budgets[b]);
+    o << pad(name, wn, true) << pad(fmt("%.3f", m.bits), 7) << pad(fmt("%.2fx", m.capacity), 8)
+      << pad(fmt("%.2f", s.k.snr_db), 8) << pad(fmt("%.2f", s.v.snr_db), 8) << pad(fmt("%.5f", s.k.cosine), 9)
+      << pad(fmt("%.5f", s.v.cosine), 9) << pad(pct(s.k.token_worst5), 11) << pad(pct(s.v.token_worst5), 11)
+      << pad(pct(s.attn.rel_err_mean), 10) << pad(pct(s.attn.rel_err_p95), 10) << pad(fmt("%.2e", s.attn.kl_mean), 10)
+      << pad(fmt("%.2e", s.attn.kl_worst5), 10) << "  " << best << "\n";
+  }
+  o << "\n  * = on the Pareto front (bits vs attn err). SNR in dB; 'tok w5%' = mean relative error of the worst 5%\n"
+       "  of tokens; 'attn err' = mean relative error of the attention output; KL = KL(p || p^) of the softmax.\n";
+  o << "  best preset (fewest bits within an attn err budget):";
+  for (std::size_t b = 0; b < k.budgets.size(); ++b)
+    o << "  " << detail::budget_label(k.budgets[b]) << ": "
+      << (k.best[b] >= 0 ? r.methods[k.best[b]].spec.name() : std::string("none"));
+  o << "\n\n";
+  // context growth
+  o << "attention error by context length (queries near each position; attn err / KL):\n";
+  o << pad("method", wn, true);
+  for (int c : r.context_positions) o << pad(detail::context_label(c), 20);
+  o << "\n";
+  for (std::size_t i = 0; i < r.methods.size(); ++i) {
+    const method_result& m = r.methods[i];
+    if (!m.ok) continue;
+    o << pad("  " + m.spec.name(), wn, true);
+    for (const auto& c : m.all.context)
+      o << pad(c.samples ? pct(c.rel_err_mean) + " / " + fmt("%.1e", c.kl_mean) : "-", 20);
+    o << "\n";
+  }
+  if (r.layers > 1) {
+    o << "\nper layer (attn err | K SNR dB):\n" << pad("method", wn, true);
+    for (int l = 0; l < r.layers; ++l) o << pad("layer " + std::to_string(l), 18);
+    o << "\n";
+    for (const auto& m : r.methods) {
+      if (!m.ok) continue;
+      o << pad("  " + m.spec.name(), wn, true);
+      for (const auto& s : m.layers) o << pad(pct(s.attn.rel_err_mean) + " | " + fmt("%.2f", s.k.snr_db), 18);
+      o << "\n";
+    }
+  }
+}
+
+namespace detail {
+inline nlohmann::json num(double v) {
+  if (std::isfinite(v)) return v;
+  return nullptr;  // JSON has no inf/nan
+}
+inline nlohmann::json to_json(const side_metrics& s) {
+  return {{"relative_mse", num(s.rel_mse)}, {"snr_db", num(s.snr_db)}, {"cosine", num(s.cosine)},
+          {"token_rel_err_p95", num(s.token_p95)}, {"token_rel_err_worst5_mean", num(s.token_worst5)}};
+}
+inline nlohmann::json to_json(const attention_metrics& a) {
+  return {{"samples", a.samples},
+          {"rel_err_mean", num(a.rel_err_mean)},
+          {"rel_err_p95", num(a.rel_err_p95)},
+          {"rel_err_worst5_mean", num(a.rel_err_worst5)},
+          {"kl_mean", num(a.kl_mean)},
+          {"kl_worst5_mean", num(a.kl_worst5)},
+          {"kl_worst5_share", num(a.kl_worst5_share)}};
+}
+inline nlohmann::json to_json(const scope_metrics& s, const std::vector<int>& ctx) {
+  nlohmann::json c = nlohmann::json::array();
+  for (std::size_t i = 0; i < s.context.size() && i < ctx.size(); ++i) {
+    auto j = to_json(s.context[i]);
+    j["position"] = ctx[i];
+    c.push_back(j);
+  }
+  return {{"keys", to_json(s.k)}, {"values", to_json(s.v)}, {"attention", to_json(s.attn)}, {"context", c}};
+}
+}  // namespace detail
+
+inline nlohmann::json to_json(const eval_result& r, const ranking& k) {
+  using detail::num;
+  nlohmann::json j;
+  j["tool"] = "kvtile-eval";
+  j["kvtile_version"] = std::to_string(KVTILE_VERSION_MAJOR) + "." + std::to_string(KVTILE_VERSION_MINOR) + "." +
+                        std::to_string(KVTILE_VERSION_PATCH);
+  j["input"] = {{"description", r.description}, {"layers", r.layers},   {"tokens", r.tokens},
+                {"kv_heads", r.kv_heads},       {"q_heads", r.q_heads}, {"head_dim", r.head_dim},
+                {"queries", detail::query_source_name(r.qsrc)}};
+  j["settings"] = {{"queries_per_layer", r.queries_per_layer},
+                   {"context_queries", r.context_queries},
+                   {"threads", r.threads},
+                   {"seconds", r.seconds},
+                   {"context_positions", r.context_positions},
+                   {"primary_metric", "attention.rel_err_mean"},
+                   {"partial_tile_tokens", "kept in fp16"}};
+  nlohmann::json budgets = nlohmann::json::array();
+  for (std::size_t b = 0; b < k.budgets.size(); ++b)
+    budgets.push_back({{"attn_rel_err_max", k.budgets[b]},
+                       {"best", k.best[b] >= 0 ? nlohmann::json(r.methods[k.best[b]].spec.name()) : nlohmann::json()}});
+  j["budgets"] = budgets;
+  nlohmann::json ms = nlohmann::json::array();
+  for (std::size_t i = 0; i < r.methods.size(); ++i) {
+    const method_result& m = r.methods[i];
+    nlohmann::json e = {{"name", m.spec.name()},
+                        {"family", to_string(m.spec.fam)},
+                        {"config", m.spec.config()},
+                        {"packing", m.spec.packing_name()},
+                        {"tile_tokens", m.spec.tile_tokens},
+                        {"key_bits", m.spec.key_bits},
+                        {"value_bits", m.spec.value_bits},
+                        {"ok", m.ok}};
+    if (!m.ok) {
+      e["error"] = m.error;
+    } else {
+      e["bits_per_element"] = num(m.bits);
+      e["effective_bits_per_element"] = num(m.effective_bits);
+      e["capacity_vs_fp16"] = num(m.capacity);
+      e["record_bytes"] = m.record_bytes;
+      e["seconds"] = m.seconds;
+      e["pareto"] = static_cast<bool>(k.pareto[i]);
+      nlohmann::json wins = nlohmann::json::array();
+      for (std::size_t b = 0; b < k.budgets.size(); ++b)
+        if (k.best[b] == static_cast<int>(i)) wins.push_back(k.budgets[b]);
+      e["best_for_budgets"] = wins;
+      e["overall"] = detail::to_json(m.all, r.context_positions);
+      nlohmann::json ls = nlohmann::json::array();
+      for (const auto& s : m.layers) ls.push_back(detail::to_json(s, r.context_positions));
+      e["layers"] = ls;
+    }
+    ms.push_back(e);
+  }
+  j["methods"] = ms;
+  return j;
+}
+
+inline bool write_json(const eval_result& r, const ranking& k, const std::string& path, std::string& err) {
+  try {
+    std::ofstream f(path);
+    if (!f) {
+      err = path + ": cannot create";
+      return false;
+    }
+    f << to_json(r, k).dump(2) << "\n";
+    if (!f) {
+      err = path + ": write error";
+      return false;
+    }
+    return true;
+  } catch (const std::exception& e) {
+    err = path + ": " + e.what();
+    return false;
+  }
+}
+
+inline bool write_csv(const eval_result& r, const ranking& k, const std::string& path, std::string& err) {
+  std::ofstream f(path);
+  if (!f) {
+    err = path + ": cannot create";
+    return false;
+  }
+  auto g = [](double v) { return detail::fmt("%.9g", v); };
+  f << "method,family,config,packing,scope,bits_per_element,effective_bits_per_element,capacity_vs_fp16,pareto,"
+       "k_rel_mse,k_snr_db,k_cosine,k_token_rel_err_p95,k_token_rel_err_worst5,"
+       "v_rel_mse,v_snr_db,v_cosine,v_token_rel_err_p95,v_token_rel_err_worst5,"
+       "attn_samples,attn_rel_err_mean,attn_rel_err_p95,attn_rel_err_worst5,attn_kl_mean,attn_kl_worst5,"
+       "attn_kl_worst5_share";
+  for (int c : r.context_positions) f << ",ctx" << c << "_attn_rel_err,ctx" << c << "_attn_kl";
+  f << ",error\n";
+  for (std::size_t i = 0; i < r.methods.size(); ++i) {
+    const method_result& m = r.methods[i];
+    auto row = [&](const std::string& scope, const scope_metrics* s) {
+      f << m.spec.name() << "," << to_string(m.spec.fam) << "," << m.spec.config() << "," << m.spec.packing_name()
+        << "," << scope;
+      if (!s) {
+        f << std::string(21 + 2 * r.context_positions.size(), ',') << ",\"" << m.error << "\"\n";
+        return;
+      }
+      f << "," << g(m.bits) << "," << g(m.effective_bits) << "," << g(m.capacity) << "," << (k.pareto[i] ? 1 : 0);
+      for (const side_metrics* sd : {&s->k, &s->v})
+        f << "," << g(sd->rel_mse) << "," << g(sd->snr_db) << "," << g(sd->cosine) << "," << g(sd->token_p95) << ","
+          << g(sd->token_worst5);
+      f << "," << s->attn.samples << "," << g(s->attn.rel_err_mean) << "," << g(s->attn.rel_err_p95) << ","
+        << g(s->attn.rel_err_worst5) << "," << g(s->attn.kl_mean) << "," << g(s->attn.kl_worst5) << ","
+        << g(s->attn.kl_worst5_share);
+      for (std::size_t c = 0; c < r.context_positions.size(); ++c) {
+        if (c < s->context.size() && s->context[c].samples)
+          f << "," << g(s->context[c].rel_err_mean) << "," << g(s->context[c].kl_mean);
+        else
+          f << ",,";
+      }
+      f << ",\n";
+    };
+    if (!m.ok) {
+      row("all", nullptr);
+      continue;
+    }
+    row("all", &m.all);
+    for (std::size_t l = 0; l < m.layers.size(); ++l) row("layer" + std::to_string(l), &m.layers[l]);
+  }
+  if (!f) {
+    err = path + ": write error";
+    return false;
+  }
+  return true;
+}
+
+// ------------------------------------------------------------------ plot
+
+// The gnuplot binary: $KVTILE_EVAL_GNUPLOT if set, else "gnuplot".
+inline std::string gnuplot_binary() {
+  const char* e = std::getenv("KVTILE_EVAL_GNUPLOT");
+  return e && *e ? e : "gnuplot";
+}
+
+namespace detail {
+inline std::string shell_quote(const std::string& s) {
+  std::string r = "'";
+  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return r + "'";
+}
+inline std::string gp_quote(const std::string& s) {  // gnuplot single-quoted string
+  std::string r = "'";
+  for (char c : s) r += c == '\'' ? std::string("''") : std::string(1, c);
+  return r + "'";
+}
+inline bool ends_with(const std::string& s, const std::string& e) {
+  return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
+}
+}  // namespace detail
+
+enum class plot_status { written, no_gnuplot, failed };
+
+// Writes the Pareto plot (PNG with pngcairo, or SVG by extension). Returns
+// no_gnuplot (with a message) when gnuplot is missing: the caller warns and
+// goes on.
+inline plot_status write_plot(const eval_result& r, const ranking& k, const std::string& path, std::string& msg) {
+  namespace fs = std::filesystem;
+  const std::string gp = gnuplot_binary();
+  if (std::system(("command -v " + detail::shell_quote(gp) + " >/dev/null 2>&1").c_str()) != 0) {
+    msg = "gnuplot not found ('" + gp + "'); plot " + path + " skipped (install gnuplot-nox)";
+    return plot_status::no_gnuplot;
+  }
+  const bool svg = detail::ends_with(path, ".svg") || detail::ends_with(path, ".SVG");
+  std::error_code ec;
+  fs::path dir = fs::temp_directory_path(ec);
+  if (ec) dir = ".";
+  for (int i = 0;; ++i) {
+    fs::path d = dir / ("kvtile-eval-plot-" + std::to_string(std::rand()) + "-" + std::to_string(i));
+    if (fs::create_directory(d, ec)) {
+      dir = d;
+      break;
+    }
+    if (i > 100) {
+      msg = "cannot create a temporary directory for the plot";
+      return plot_status::failed;
+    }
+  }
+  const fs::path data = dir / "points.dat", front = dir / "front.dat", script = dir / "plot.gp", log = dir / "log.txt";
+  struct group {
+    std::string title;
+    int pt;
+    std::string color;
+    std::vector<std::size_t> idx;
+  };
+  std::vector<group> groups = {{"KVarN, fp8 scales", 7, "#1f77b4", {}},
+                               {"KVarN, fp16 scales", 5, "#2ca02c", {}},
+                               {"KIVI", 9, "#d62728", {}},
+                               {"rotate+RTN", 11, "#ff7f0e", {}},
+                               {"per-token RTN", 13, "#7f7f7f", {}}};
+  for (std::size_t i = 0; i < r.methods.size(); ++i) {
+    const auto& m = r.methods[i];
+    if (!m.ok) continue;
+    int g = m.spec.fam == family::kvarn ? (m.spec.pack == kvtile::packing::fp8_scales ? 0 : 1)
+            : m.spec.fam == family::kivi ? 2
+            : m.spec.fam == family::rotate_rtn ? 3
+                                               : 4;
+    groups[g].idx.push_back(i);
+  }
+  {
+    std::ofstream f(data);
+    int block = 0;
+    for (auto& g : groups) {
+      if (g.idx.empty()) continue;
+      f << "# " << g.title << "\n";
+      for (std::size_t i : g.idx) {
+        const auto& m = r.methods[i];
+        std::string label = m.spec.fam == family::kvarn ? m.spec.config() : m.spec.name();
+        if (m.spec.fam != family::kvarn) label = label.substr(0, label.find('/'));
+        f << detail::fmt("%.6g", m.bits) << " " << detail::fmt("%.6g", std::max(m.all.attn.rel_err_mean, 1e-12))
+          << " " << detail::fmt("%.6g", std::max(m.all.attn.kl_mean, 1e-16)) << " \"" << label << "\"\n";
+      }
+      f << "\n\n";
+      g.pt = g.pt * 1000 + block++;  // remember the block index
+    }
+    std::ofstream ff(front);
+    std::vector<std::size_t> fr;
+    for (std::size_t i = 0; i < r.methods.size(); ++i)
+      if (r.methods[i].ok && k.pareto[i]) fr.push_back(i);
+    std::sort(fr.begin(), fr.end(), [&](std::size_t a, std::size_t b) { return r.methods[a].bits < r.methods[b].bits; });
+    for (std::size_t i : fr)
+      ff << detail::fmt("%.6g", r.methods[i].bits) << " " << detail::fmt("%.6g", std::max(r.methods[i].all.attn.rel_err_mean, 1e-12))
+         << "\n";
+  }
+  auto plot_cmd = [&](int col, bool with_front) {
+    std::string c = "plot ";
+    bool first = true;
+    for (const auto& g : groups) {
+      if (g.idx.empty()) continue;
+      const int pt = g.pt / 1000, block = g.pt % 1000;
+      c += std::string(first ? "" : ", \\\n     ") + detail::gp_quote(data.string()) + " index " + std::to_string(block) +
+           " using 1:" + std::to_string(col) + " with points pt " + std::to_string(pt) + " ps 1.6 lc rgb '" + g.color +
+           "' title '" + g.title + "'";
+      if (&g == &groups[0])  // label the fp8 presets only (the others sit at the same bits, +0.12 for fp16)
+        c += ", \\\n     " + detail::gp_quote(data.string()) + " index " + std::to_string(block) + " using 1:" +
+             std::to_string(col) + ":4 with labels offset 0.7,0.6 left font ',9' tc rgb '" + g.color + "' notitle";
+      first = false;
+    }
+    if (with_front)
+      c += ", \\\n     " + detail::gp_quote(front.string()) + " using 1:2 with lines dt 2 lc rgb '#444444' title 'Pareto front'";
+    return c + "\n";
+  };
+  {
+    std::ofstream s(script);
+    if (svg)
+      s << "set terminal svg size 1400,620 dynamic font 'Helvetica,11' background rgb 'white'\n";
+    else
+      s << "set terminal pngcairo size 1400,620 font 'DejaVu Sans,10'\n";
+    s << "set termoption noenhanced\n";
+    s << "set output " << detail::gp_quote(path) << "\n";
+    std::string title = "kvtile-eval: " + r.description;
+    s << "set multiplot layout 1,2 title " << detail::gp_quote(title) << " noenhanced\n";
+    s << "set grid\nset logscale y\nset format y '%g'\nset key top right box opaque noenhanced\n";
+    s << "set xlabel 'bits per element (K and V, all metadata)'\n";
+    s << "set xrange [*:*]\nset offsets 0.2, 1.2, 0, 0\n";
+    s << "set ylabel 'attention output relative error (mean)'\n";
+    s << plot_cmd(2, true);
+    s << "set ylabel 'softmax KL divergence (mean)'\n";
+    s << plot_cmd(3, false);
+    s << "unset multiplot\nset output\n";
+  }
+  const std::string cmd =
+      detail::shell_quote(gp) + " " + detail::shell_quote(script.string()) + " >" + detail::shell_quote(log.string()) + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::string gplog;
+  {
+    std::ifstream lf(log);
+    std::stringstream ss;
+    ss << lf.rdbuf();
+    gplog = ss.str();
+  }
+  fs::remove_all(dir, ec);
+  if (rc != 0 || !fs::exists(path, ec) || fs::file_size(path, ec) == 0) {
+    msg = "gnuplot failed to write " + path + (gplog.empty() ? "" : ": " + gplog.substr(0, 400));
+    return plot_status::failed;
+  }
+  return plot_status::written;
+}
+
+}  // namespace kvtile_eval
