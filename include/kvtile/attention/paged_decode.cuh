@@ -13,9 +13,10 @@
 // (-inf for an empty sequence, whose output is 0).
 //
 // Structure: grid (split, KV head x query group, sequence); a query group is up
-// to 8 query heads of one KV head (the MMA's N). Each warp of a CTA takes whole
-// tiles (a record, the sink or the tail), fetched by one cp.async.bulk per
-// record into a per-warp ring of shared-memory stages; QK and PV run on
+// to 8 query heads of one KV head (the MMA's N). Each ring of (usually) two
+// warps takes whole tiles (a record, the sink or the tail; each warp half of
+// the tile's tokens), fetched by one cp.async.bulk per record into the ring's
+// shared-memory stages (full/empty mbarriers); QK and PV run on
 // mma.sync m16n8k16 with codes converted in registers; the scales are folded
 // out of the inner loop; the softmax is online in fp32. Warps merge in shared
 // memory, splits merge by log-sum-exp in a second kernel that also un-rotates.
@@ -82,26 +83,28 @@ struct kernel_params {
 };
 
 // Shared-memory plan of a decode CTA.
-template <int D, int W, int Stages, std::size_t StageBytes>
+// W warps share R rings of Stages stages (W / R warps per ring, each taking
+// part of every tile); each stage has a "full" and an "empty" mbarrier.
+template <int D, int W, int Stages, std::size_t StageBytes, int R = W>
 struct smem_plan {
   static constexpr int q_stride = D + 16;  // floats; keeps the 16-byte query reads conflict-free
   static constexpr std::size_t qn = 0;
   static constexpr std::size_t nf = qn + sizeof(float) * max_group * q_stride;
   static constexpr std::size_t bars = nf + sizeof(float) * max_group;
-  static constexpr std::size_t stages = (bars + 8 * W * Stages + 127) / 128 * 128;
+  static constexpr std::size_t stages = (bars + 2 * 8 * R * Stages + 127) / 128 * 128;
   static constexpr std::size_t stage_bytes = (StageBytes + 127) / 128 * 128;
-  static constexpr std::size_t bytes = stages + stage_bytes * W * Stages;
+  static constexpr std::size_t bytes = stages + stage_bytes * R * Stages;
   // Epilogue reuse of the stage area: per warp O [8][D + 4], m [8], l [8].
   static constexpr int o_stride = D + 4;
   static constexpr std::size_t merge_bytes = sizeof(float) * W * max_group * (o_stride + 2);
-  static_assert(merge_bytes <= stage_bytes * W * Stages, "epilogue scratch must fit in the stage area");
+  static_assert(merge_bytes <= stage_bytes * R * Stages, "epilogue scratch must fit in the stage area");
 };
 
 inline constexpr std::size_t smem_budget = 222 * 1024;
 
 template <std::size_t StageBytes, int Stages>
 constexpr int warps_for() {
-  const std::size_t per_warp = (StageBytes + 127) / 128 * 128 * Stages + 8 * Stages;
+  const std::size_t per_warp = (StageBytes + 127) / 128 * 128 * Stages + 16 * Stages;
   const std::size_t w = (smem_budget - 8 * 1024) / per_warp;
   return w >= 8 ? 8 : (w < 1 ? 1 : static_cast<int>(w));
 }
@@ -156,6 +159,15 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
 #define KVTILE_ATTENTION_SPLIT_QUERY 1
 #endif
 inline constexpr bool split_query = KVTILE_ATTENTION_SPLIT_QUERY != 0;
+
+// Experimental, NOT measured on a GPU yet (docs/attention.md, next steps):
+// -DKVTILE_ATTENTION_QK_UNROLL=n unrolls the quantized QK loop over 16-channel
+// k-steps n times instead of fully (n = 2 shrinks the k4v2 D128 kernel's code
+// from 90 KB to 79 KB; the results are the same, the MMAs accumulate in the
+// same order). Default: fully unrolled, the measured configuration.
+#ifdef KVTILE_ATTENTION_QK_UNROLL
+inline constexpr int qk_unroll = KVTILE_ATTENTION_QK_UNROLL;
+#endif
 
 KVTILE_DEVICE void split_b(float x0, float x1, float x2, float x3, std::uint32_t (&b)[4]) {
   b[0] = pack_half2(x0, x1);
@@ -222,11 +234,12 @@ KVTILE_DEVICE void p_to_b(const float (&s)[GM][4], std::uint32_t (&b0)[GM], std:
 
 // ---------------------------------------------------------------- fp16 tile
 // K, V: GT x D fp16, token-major (shared or global memory); tokens >= n_valid
-// are masked (their V is never read).
-template <int D, int GT>
+// are masked (their V is never read). H warps share the tile: warp `sub` takes
+// the MMA token blocks i in [sub * GM / H, (sub + 1) * GM / H).
+template <int D, int GT, int H = 1>
 KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const float* qn,
-                             const float (&nfq)[2], warp_state<D>& st) {
-  constexpr int E = GT / 8, GM = GT / 16, KT = D / 16, ED = D / 8, MC = (D / 16) < 8 ? (D / 16) : 8,
+                             const float (&nfq)[2], warp_state<D>& st, int sub = 0) {
+  constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16, ED = D / 8, MC = (D / 16) < 8 ? (D / 16) : 8,
                 NCH = (D / 16) / MC, CE = 2 * MC;
   constexpr int q_stride = D + 16;
   const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
@@ -241,7 +254,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
     split_b(qv.x, qv.y, qv.z, qv.w, b);
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
-      const int T0 = E * r + 2 * i;
+      const int T0 = E * r + 2 * (sub * GM + i);
       const uint2 k0 = *reinterpret_cast<const uint2*>(K + T0 * D + c0);
       const uint2 k1 = *reinterpret_cast<const uint2*>(K + (T0 + 1) * D + c0);
       mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[0], b[1]);
@@ -252,7 +265,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
   for (int i = 0; i < GM; ++i)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int tok = E * r + 2 * i + (c >> 1);
+      const int tok = E * r + 2 * (sub * GM + i) + (c >> 1);
       s[i][c] = tok < n_valid ? s[i][c] * nfq[c & 1] : -INFINITY;
     }
   float alpha[2];
@@ -267,7 +280,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
   for (int ch = 0; ch < NCH; ++ch) {
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
-      const int tA = E * 2 * t + 2 * i, tB = tA + E;
+      const int tA = E * 2 * t + 2 * (sub * GM + i), tB = tA + E;
       const int toks[4] = {tA, tB, tA + 1, tB + 1};
       std::uint32_t w[4][CE / 2];
 #pragma unroll
@@ -335,17 +348,34 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
   return ldexpf(1.0f, 9 - e);
 }
 
-template <class Config, class Packer>
-KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const float (&nfq)[2], warp_state<Config::head_dim>& st) {
+// Warps per record: two when each half of a thread's token run is a whole
+// number of 16-bit code chunks (halves the per-warp tile state, so twice the
+// warps fit in the register file).
+#ifndef KVTILE_ATTENTION_PAIR
+#define KVTILE_ATTENTION_PAIR 1  // 0: one warp per record (8 warps, 255 registers); not measured in this form
+#endif
+template <class Config>
+constexpr int warps_per_record() {
+  return KVTILE_ATTENTION_PAIR && (Config::tile_tokens / 16) % 2 == 0 && (Config::tile_tokens / 16) * Config::key_bits % 16 == 0 ? 2 : 1;
+}
+
+// One record, or the part sub (of H) of it: MMA token blocks i in
+// [sub * GM / H, (sub + 1) * GM / H).
+template <class Config, class Packer, int H>
+KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const float (&nfq)[2], warp_state<Config::head_dim>& st,
+                              int sub) {
   using L = typename Packer::template layout<Config>;
   constexpr bool fp8 = std::is_same_v<Packer, fp8_scales>;
   constexpr int D = Config::head_dim, G = Config::tile_tokens, KB = Config::key_bits, VB = Config::value_bits;
-  constexpr int E = G / 8, GM = G / 16, KT = D / 16, ED = D / 8, MC = (D / 16) < 8 ? (D / 16) : 8,
+  // E: tokens per 8-row group of the full tile; EH, GM: this warp's share.
+  constexpr int E = G / 8, EH = E / H, GM = G / 16 / H, KT = D / 16, ED = D / 8, MC = (D / 16) < 4 ? (D / 16) : 4,
                 NCH = (D / 16) / MC, CE = 2 * MC;
   constexpr int q_stride = D + 16;
-  constexpr int krow = G * KB / 8, ksb = E * KB / 8, vrow = D * VB / 8, vsb = CE * VB / 8;
-  constexpr int kwords = ksb >= 4 ? ksb / 4 : 1, vwords = vsb >= 4 ? vsb / 4 : 1;
+  constexpr int krow = G * KB / 8, ksb = E * KB / 8, ksh = EH * KB / 8, vrow = D * VB / 8, vsb = CE * VB / 8;
+  constexpr int kwords = ksh >= 4 ? ksh / 4 : 1, vwords = vsb >= 4 ? vsb / 4 : 1;
+  constexpr float vmid = static_cast<float>(1 << (VB - 1));  // value codes are converted centered: x - vmid
   const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
+  const int tok0 = E * r + EH * sub;  // first token of this thread's key/scale run
 
   float vs_ak, vs_t, vs_c, vs_av, f_k = 1.0f, f_v = 1.0f;
   if constexpr (fp8) {
@@ -368,8 +398,12 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
 #pragma unroll
   for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
   float beta = 0.0f;
-  const std::uint8_t* kc = rec + L::key_codes + r * ksb;
+  const std::uint8_t* kc = rec + L::key_codes + r * ksb + sub * ksh;
+#ifdef KVTILE_ATTENTION_QK_UNROLL
+#pragma unroll qk_unroll
+#else
 #pragma unroll
+#endif
   for (int kk = 0; kk < KT; ++kk) {
     const int c0 = 16 * kk + 4 * t;
     const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + c0);
@@ -384,10 +418,10 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
     split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
     std::uint32_t x[4][kwords];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) load_words<ksb>(kc + (c0 + u) * krow, x[u]);
-    std::uint32_t r01[E], r23[E];
-    pair_convert<KB, E>(x[0], x[1], r01);
-    pair_convert<KB, E>(x[2], x[3], r23);
+    for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (c0 + u) * krow, x[u]);
+    std::uint32_t r01[EH], r23[EH];
+    pair_convert<KB, EH>(x[0], x[1], r01);
+    pair_convert<KB, EH>(x[2], x[3], r23);
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
       mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
@@ -400,8 +434,8 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
   const float bq0 = __shfl_sync(0xffffffffu, beta, 8 * t);
   const float bq1 = __shfl_sync(0xffffffffu, beta, 8 * t + 4);
   {
-    float tk[E];
-    load_scales<fp8, E>(rec + L::key_token_scale + (fp8 ? 1 : 2) * E * r, tk, 1.0f);
+    float tk[EH];
+    load_scales<fp8, EH>(rec + L::key_token_scale + (fp8 ? 1 : 2) * tok0, tk, 1.0f);
     const float n0 = nfq[0] * vs_t, n1 = nfq[1] * vs_t;
 #pragma unroll
     for (int i = 0; i < GM; ++i)
@@ -415,12 +449,15 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
   float alpha[2];
   online_softmax<GM>(s, st.m, st.l, alpha);
 
-  // ---- P' = p * a_V (per token), zsum = sum p z_V
+  // ---- P' = p * a_V (per token), zsum = sum p (z_V + vs_av a_V vmid) (the centered codes' offset)
   float zsum[2] = {0.0f, 0.0f};
   {
-    float av[E], zv[E];
-    load_scales<fp8, E>(rec + L::value_scale + (fp8 ? 1 : 2) * E * r, av, f_v);
-    load_halves<E>(rec + L::value_zero + 2 * E * r, zv);
+    float av[EH], zv[EH];
+    load_scales<fp8, EH>(rec + L::value_scale + (fp8 ? 1 : 2) * tok0, av, f_v);
+    load_halves<EH>(rec + L::value_zero + 2 * tok0, zv);
+    const float vm = vs_av * vmid;
+#pragma unroll
+    for (int e = 0; e < EH; ++e) zv[e] = fmaf(vm, av[e], zv[e]);
 #pragma unroll
     for (int i = 0; i < GM; ++i)
 #pragma unroll
@@ -437,7 +474,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
   std::uint32_t pb0[GM], pb1[GM];
   p_to_b<GM>(s, pb0, pb1);
 
-  // ---- O^T += c_V * (vs_av * codes^T P'^T + zsum): channels on M, tokens on K
+  // ---- O^T += c_V * (vs_av * (codes - vmid)^T P'^T + zsum): channels on M, tokens on K
   const std::uint8_t* vc = rec + L::value_codes;
 #pragma unroll
   for (int ch = 0; ch < NCH; ++ch) {
@@ -447,15 +484,15 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
     const int coff = (ED * r + ch * CE) * VB / 8;
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
-      const int tA = E * 2 * t + 2 * i, tB = tA + E;
+      const int tA = E * 2 * t + 2 * (sub * GM + i), tB = tA + E;
       std::uint32_t x[4][vwords];
       load_words<vsb>(vc + tA * vrow + coff, x[0]);
       load_words<vsb>(vc + tB * vrow + coff, x[1]);
       load_words<vsb>(vc + (tA + 1) * vrow + coff, x[2]);
       load_words<vsb>(vc + (tB + 1) * vrow + coff, x[3]);
       std::uint32_t rab[CE], rcd[CE];
-      pair_convert<VB, CE>(x[0], x[1], rab);
-      pair_convert<VB, CE>(x[2], x[3], rcd);
+      pair_convert<VB, CE, true>(x[0], x[1], rab);
+      pair_convert<VB, CE, true>(x[2], x[3], rcd);
 #pragma unroll
       for (int j = 0; j < MC; ++j) mma_f16(acc[j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[i], pb1[i]);
     }
@@ -526,44 +563,71 @@ KVTILE_DEVICE void write_partial(warp_state<D>& st, std::uint8_t* scratch, const
   }
 }
 
-// Warp loop shared by both kernels: tiles j in [j0, j1) of one sequence,
-// warp w takes j0 + w, j0 + w + W, ...; stage_src(j, dst, bar) issues the
-// copies of an async tile and returns its byte count (0: not staged);
-// run(j, stage) processes tile j.
-template <int W, int Stages, class StageFn, class RunFn>
-KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
-                             StageFn&& stage_src, RunFn&& run) {
+// Warp loop shared by both kernels: tiles j in [j0, j1) of one sequence. The
+// W = R * H warps form R rings of H warps; ring w takes tiles j0 + w, j0 + w + R,
+// ..., every warp of the ring runs every tile of it (each its part).
+// stage_src(j, dst, bar) issues the copies of an async tile (nothing if the tile
+// is not staged); run(j, stage, bar, parity) processes tile j and returns
+// whether it was staged. Lane 0 of the ring's warp 0 issues the copies; with
+// H = 2 it waits on the stage's "empty" mbarrier, which the other warp arrives
+// on when it is done with the stage.
+template <int R, int H, int Stages, class StageFn>
+KVTILE_DEVICE void ring_prologue(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
+                                 StageFn&& stage_src) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  std::uint8_t* my = stages + static_cast<std::size_t>(warp) * Stages * stage_bytes;
-  std::uint64_t* mybar = bars + warp * Stages;
-  std::uint32_t parity = 0;
+  const int ring = warp / H, sub = warp % H;
+  std::uint8_t* my = stages + static_cast<std::size_t>(ring) * Stages * stage_bytes;
 #pragma unroll
   for (int k = 0; k < Stages; ++k) {
-    const int j = j0 + warp + k * W;
-    if (j < j1 && lane == 0) stage_src(j, my + k * stage_bytes, mybar + k);
-  }
-  for (int k = 0;; ++k) {
-    const int j = j0 + warp + k * W;
-    if (j >= j1) break;
-    const int sidx = k % Stages;
-    std::uint8_t* buf = my + sidx * stage_bytes;
-    const bool staged = run(j, buf, mybar + sidx, (parity >> sidx) & 1u);
-    if (staged) parity ^= 1u << sidx;
-    __syncwarp();
-    const int jn = j + Stages * W;
-    if (jn < j1 && lane == 0) {
-      fence_proxy_async();
-      stage_src(jn, buf, mybar + sidx);
-    }
+    const int j = j0 + ring + k * R;
+    if (j < j1 && sub == 0 && lane == 0) stage_src(j, my + k * stage_bytes, bars + ring * Stages + k);
   }
 }
 
-template <class Config, class Packer, class QT, int W, int Stages>
-__global__ void __launch_bounds__(W * 32, 1)
+// Prologue = false: the caller has run ring_prologue already.
+template <int R, int H, int Stages, bool Prologue = true, class StageFn, class RunFn>
+KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
+                             StageFn&& stage_src, RunFn&& run) {
+  static_assert(H == 1 || H == 2, "one or two warps per ring");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int ring = warp / H, sub = warp % H;
+  std::uint8_t* my = stages + static_cast<std::size_t>(ring) * Stages * stage_bytes;
+  std::uint64_t* full = bars + ring * Stages;
+  std::uint64_t* empty = bars + (R + ring) * Stages;
+  std::uint32_t parity = 0, eparity = 0;
+  if constexpr (Prologue) ring_prologue<R, H, Stages>(j0, j1, stages, stage_bytes, bars, stage_src);
+  for (int k = 0;; ++k) {
+    const int j = j0 + ring + k * R;
+    if (j >= j1) break;
+    const int sidx = k % Stages;
+    std::uint8_t* buf = my + sidx * stage_bytes;
+    const bool staged = run(j, buf, full + sidx, (parity >> sidx) & 1u);
+    if (staged) parity ^= 1u << sidx;
+    __syncwarp();
+    const int jn = j + Stages * R;
+    if constexpr (H > 1) {
+      if (sub != 0) {
+        if (staged && lane == 0) mbar_arrive(empty + sidx);
+        continue;
+      }
+    }
+    if (jn < j1 && lane == 0) {
+      if constexpr (H > 1) {
+        if (staged) mbar_wait(empty + sidx, (eparity >> sidx) & 1u);
+      }
+      fence_proxy_async();
+      stage_src(jn, buf, full + sidx);
+    }
+    if (staged) eparity ^= 1u << sidx;
+  }
+}
+
+template <class Config, class Packer, class QT, int R, int Stages>
+__global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
   using L = typename Packer::template layout<Config>;
-  constexpr int D = Config::head_dim, G = Config::tile_tokens;
-  using plan = smem_plan<D, W, Stages, L::bytes>;
+  constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H;
+  using plan = smem_plan<D, W, Stages, L::bytes, R>;
   extern __shared__ __align__(128) std::uint8_t smem[];
   float* qn = reinterpret_cast<float*>(smem + plan::qn);
   float* nf = reinterpret_cast<float*>(smem + plan::nf);
@@ -573,12 +637,9 @@ __global__ void __launch_bounds__(W * 32, 1)
   const int split = blockIdx.x, seq = blockIdx.z;
   const int kvh = blockIdx.y / p.qgroups, qg = blockIdx.y % p.qgroups;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < W * Stages; ++i) mbar_init(bars + i, 1);
+    for (int i = 0; i < 2 * R * Stages; ++i) mbar_init(bars + i, 1);
     mbar_init_fence();
   }
-  load_queries<QT, D, W, true>(p, seq, kvh, qg, qn, nf);
-  __syncthreads();
-
   const int len = cache.seq_lens[seq];
   const int n_full = len / G, tail = len % G;
   const int n_tiles = n_full + (tail > 0 ? 1 : 0);
@@ -586,7 +647,18 @@ __global__ void __launch_bounds__(W * 32, 1)
   const int j0 = min(n_tiles, split * per), j1 = min(n_tiles, j0 + per);
   const bool sink = cache.has_sink();
   const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
+  auto is_quant = [&](int j) { return j < n_full && !(sink && j == 0); };
+  auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+    if (!is_quant(j)) return;
+    mbar_expect_tx(bar, static_cast<std::uint32_t>(L::bytes));
+    bulk_copy_g2s(dst, cache.record(ptab[j], kvh), static_cast<std::uint32_t>(L::bytes), bar);
+  };
+  __syncthreads();  // barriers initialized: the first records fly while the queries are rotated
+  ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
+  load_queries<QT, D, W, true>(p, seq, kvh, qg, qn, nf);
+  __syncthreads();
 
+  const int sub = (threadIdx.x >> 5) % H;
   const int t = (threadIdx.x & 31) & 3;
   const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
   warp_state<D> st;
@@ -595,29 +667,23 @@ __global__ void __launch_bounds__(W * 32, 1)
 #pragma unroll
   for (int m = 0; m < D / 16; ++m) st.o[m][0] = st.o[m][1] = st.o[m][2] = st.o[m][3] = 0.0f;
 
-  auto is_quant = [&](int j) { return j < n_full && !(sink && j == 0); };
-  auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
-    if (!is_quant(j)) return;
-    mbar_expect_tx(bar, static_cast<std::uint32_t>(L::bytes));
-    bulk_copy_g2s(dst, cache.record(ptab[j], kvh), static_cast<std::uint32_t>(L::bytes), bar);
-  };
   auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
     if (is_quant(j)) {
       mbar_wait(bar, par);
-      quant_tile<Config, Packer>(buf, qn, nfq, st);
+      quant_tile<Config, Packer, H>(buf, qn, nfq, st, sub);
       return true;
     }
     const std::int64_t off = cache.tile_offset(seq, kvh);
     if (j < n_full) {  // the sink
-      fp16_tile<D, G>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
-                      reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, qn, nfq, st);
+      fp16_tile<D, G, H>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
+                         reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, qn, nfq, st, sub);
     } else {
-      fp16_tile<D, G>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
-                      reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, qn, nfq, st);
+      fp16_tile<D, G, H>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
+                         reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, qn, nfq, st, sub);
     }
     return false;
   };
-  warp_loop<W, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+  warp_loop<R, H, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
   write_partial<D, W>(st, stages, p, seq, kvh, qg, split);
 }
@@ -636,7 +702,7 @@ __global__ void __launch_bounds__(W * 32, 1)
   const int split = blockIdx.x, seq = blockIdx.z;
   const int kvh = blockIdx.y / p.qgroups, qg = blockIdx.y % p.qgroups;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < W * Stages; ++i) mbar_init(bars + i, 1);
+    for (int i = 0; i < 2 * W * Stages; ++i) mbar_init(bars + i, 1);
     mbar_init_fence();
   }
   load_queries<QT, D, W, false>(p, seq, kvh, qg, qn, nf);
@@ -669,7 +735,7 @@ __global__ void __launch_bounds__(W * 32, 1)
                      reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, qn, nfq, st);
     return true;
   };
-  warp_loop<W, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+  warp_loop<W, 1, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
   write_partial<D, W>(st, stages, p, seq, kvh, qg, split);
 }
@@ -810,8 +876,10 @@ struct quant_kernel_traits {
   static constexpr int D = config::head_dim;
   static constexpr int stages = 2;
   static constexpr std::size_t record_bytes = Codec::record_bytes;
-  static constexpr int warps = detail::warps_for<record_bytes, stages>();
-  using plan = detail::smem_plan<D, warps, stages, record_bytes>;
+  static constexpr int rings = detail::warps_for<record_bytes, stages>();  // records in flight per CTA / stages
+  static constexpr int warps_per_record = detail::warps_per_record<config>();
+  static constexpr int warps = rings * warps_per_record;
+  using plan = detail::smem_plan<D, warps, stages, record_bytes, rings>;
   static constexpr std::size_t smem_bytes = plan::bytes;
   static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
   static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");
@@ -823,7 +891,7 @@ template <class Codec>
 int plan_splits(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
   const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
   const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
-  return detail::choose_splits(units, cache.max_pages_per_seq + 1, quant_kernel_traits<Codec>::warps, num_splits);
+  return detail::choose_splits(units, cache.max_pages_per_seq + 1, quant_kernel_traits<Codec>::rings, num_splits);
 }
 
 template <class Codec>
@@ -853,7 +921,7 @@ status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cud
   using tr = quant_kernel_traits<Codec>;
   if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
   const int splits = plan_splits<Codec>(cache, a.q_heads, a.num_splits);
-  auto kernel = detail::quant_decode_kernel<typename tr::config, typename tr::packer, QT, tr::warps, tr::stages>;
+  auto kernel = detail::quant_decode_kernel<typename tr::config, typename tr::packer, QT, tr::rings, tr::stages>;
   static bool configured = false;  // per instantiation (one kernel)
   return detail::launch<decltype(kernel), QT, paged_cache_view, tr::D, true>(kernel, tr::smem_bytes, cache, a, splits,
                                                                              stream, tr::warps * 32, configured);

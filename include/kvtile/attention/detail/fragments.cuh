@@ -98,34 +98,43 @@ KVTILE_DEVICE void load_words(const std::uint8_t* p, std::uint32_t* w) {
 
 // Two code streams x, y (N codes of Bits bits each, element i at bits
 // [i*Bits, (i+1)*Bits) of the little-endian stream) -> N f16x2 registers,
-// out[i] = {x_i, y_i}. Exact.
-template <int Bits, int N>
+// out[i] = {x_i, y_i} (Center: {x_i - m, y_i - m}, m = 2^(Bits-1), the code
+// midpoint; the same single fma.f16x2 with another exact bias). Exact.
+template <int Bits, int N, bool Center = false>
 KVTILE_DEVICE void pair_convert(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out) {
   static_assert(Bits == 2 || Bits == 4, "pair_convert handles 2- and 4-bit codes");
   static_assert((N * Bits) % 16 == 0, "a stream holds whole 16-bit chunks");
   constexpr std::uint32_t magic = 0x64006400u;
   constexpr int chunks = N * Bits / 16;
   constexpr int per_chunk = 16 / Bits;
+  // Biases -(1024 / f + m) in fp16, f = the piece's power-of-two position factor.
+  constexpr std::uint32_t b4_0 = Center ? 0xE408E408u : 0xE400E400u;  // -1032 : -1024
+  constexpr std::uint32_t b4_1 = Center ? 0xD480D480u : 0xD400D400u;  // -72 : -64
+  constexpr std::uint32_t b2_0 = Center ? 0xE402E402u : 0xE400E400u;  // -1026 : -1024
+  constexpr std::uint32_t b2_1 = Center ? 0xDC08DC08u : 0xDC00DC00u;  // -258 : -256
+  constexpr std::uint32_t b2_2 = Center ? 0xD420D420u : 0xD400D400u;  // -66 : -64
+  constexpr std::uint32_t b2_3 = Center ? 0xCC80CC80u : 0xCC00CC00u;  // -18 : -16
+  constexpr std::uint32_t b2_4 = Center ? 0xC600C600u : 0xC400C400u;  // -6 : -4
 #pragma unroll
   for (int ck = 0; ck < chunks; ++ck) {
     const std::uint32_t p = prmt(x[ck / 2], y[ck / 2], (ck & 1) ? 0x7632u : 0x5410u);
     std::uint32_t* o = out + ck * per_chunk;
     if constexpr (Bits == 4) {
       const std::uint32_t p2 = p >> 8;
-      o[0] = hfma2((p & 0x000F000Fu) | magic, 0x3C003C00u, 0xE400E400u);   // 1, -1024
-      o[1] = hfma2((p & 0x00F000F0u) | magic, 0x2C002C00u, 0xD400D400u);   // 1/16, -64
-      o[2] = hfma2((p2 & 0x000F000Fu) | magic, 0x3C003C00u, 0xE400E400u);
-      o[3] = hfma2((p2 & 0x00F000F0u) | magic, 0x2C002C00u, 0xD400D400u);
+      o[0] = hfma2((p & 0x000F000Fu) | magic, 0x3C003C00u, b4_0);   // 1
+      o[1] = hfma2((p & 0x00F000F0u) | magic, 0x2C002C00u, b4_1);   // 1/16
+      o[2] = hfma2((p2 & 0x000F000Fu) | magic, 0x3C003C00u, b4_0);
+      o[3] = hfma2((p2 & 0x00F000F0u) | magic, 0x2C002C00u, b4_1);
     } else {
       const std::uint32_t p2 = p >> 10;
-      o[0] = hfma2((p & 0x00030003u) | magic, 0x3C003C00u, 0xE400E400u);   // 1, -1024
-      o[1] = hfma2((p & 0x000C000Cu) | magic, 0x34003400u, 0xDC00DC00u);   // 1/4, -256
-      o[2] = hfma2((p & 0x00300030u) | magic, 0x2C002C00u, 0xD400D400u);   // 1/16, -64
-      o[3] = hfma2((p & 0x00C000C0u) | magic, 0x24002400u, 0xCC00CC00u);   // 1/64, -16
-      o[4] = hfma2((p & 0x03000300u) | magic, 0x1C001C00u, 0xC400C400u);   // 1/256, -4
-      o[5] = hfma2((p2 & 0x00030003u) | magic, 0x3C003C00u, 0xE400E400u);
-      o[6] = hfma2((p2 & 0x000C000Cu) | magic, 0x34003400u, 0xDC00DC00u);
-      o[7] = hfma2((p2 & 0x00300030u) | magic, 0x2C002C00u, 0xD400D400u);
+      o[0] = hfma2((p & 0x00030003u) | magic, 0x3C003C00u, b2_0);   // 1
+      o[1] = hfma2((p & 0x000C000Cu) | magic, 0x34003400u, b2_1);   // 1/4
+      o[2] = hfma2((p & 0x00300030u) | magic, 0x2C002C00u, b2_2);   // 1/16
+      o[3] = hfma2((p & 0x00C000C0u) | magic, 0x24002400u, b2_3);   // 1/64
+      o[4] = hfma2((p & 0x03000300u) | magic, 0x1C001C00u, b2_4);   // 1/256
+      o[5] = hfma2((p2 & 0x00030003u) | magic, 0x3C003C00u, b2_0);
+      o[6] = hfma2((p2 & 0x000C000Cu) | magic, 0x34003400u, b2_1);
+      o[7] = hfma2((p2 & 0x00300030u) | magic, 0x2C002C00u, b2_2);
     }
   }
 }
@@ -156,6 +165,10 @@ KVTILE_DEVICE void bulk_copy_g2s(void* dst, const void* src, std::uint32_t bytes
           smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
+}
+
+KVTILE_DEVICE void mbar_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 
 KVTILE_DEVICE void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
