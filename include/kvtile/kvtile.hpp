@@ -18,3 +18,4 @@
 #include "codec/record_view.hpp"
 #include "presets.hpp"
 #include "dispatch.hpp"
+#include "paged/paged_cache.hpp"
