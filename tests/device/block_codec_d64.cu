@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
   using namespace kvtile::presets;
   const int n = kvtest::parse_tiles(argc, argv, 300);
   kvtest::totals t;
-  kvtest::run_preset<k4v2_g128, 64>("k4v2_g128", n, 11, t);
+  kvtest::run_preset<k4v2_g128, 64, true>("k4v2_g128", n, 11, t);
   kvtest::run_preset<k4v4_g128, 64>("k4v4_g128", n, 21, t);
   kvtest::run_preset<k4v2_g64, 64>("k4v2_g64", n, 31, t);
   kvtest::run_preset<k4v4_g64, 64>("k4v4_g64", n, 41, t);

@@ -6,7 +6,8 @@
 // KV head, fp16/bf16/fp32, `token_stride` elements between tokens) and one
 // contiguous record (docs/format.md). Encoding follows method.md:
 //   1. rotate each token (Rotation), build XK[D x G] (rows = channels) or XV[G x D];
-//   2. Normalizer gives the column scale Sc (keys: per token, values: per channel);
+//   2. Normalizer gives the column scale Sc (keys: per token, values: per channel;
+//      sinkhorn.hpp rescales by per-line reciprocals, X * (1/e^Lc) * (1/e^Lr));
 //   3. Sc is rounded to its stored form s^ (nearest, raised where needed so
 //      that every |X / s^| <= 65280 fits the fp16 zero points); Y = X / s^;
 //   4. per row: zero z^ = largest fp16 <= min, step a^ = smallest stored value
@@ -363,7 +364,8 @@ class tile_codec {
 
   template <int N>
   static void write_codes(const code_type (&codes)[N], std::uint8_t* dst) {
-    for (int i = 0; i < N; ++i) detail::store_unaligned<code_type>(dst + sizeof(code_type) * i, codes[i]);
+    for (int i = 0; i < N; ++i)
+      detail::store_unaligned<code_type>(dst + sizeof(code_type) * static_cast<std::size_t>(i), codes[i]);
   }
   template <int N>
   static void write_zeros(const std::uint16_t (&z)[N], std::uint8_t* dst) {

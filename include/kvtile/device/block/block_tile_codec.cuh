@@ -18,13 +18,16 @@
 // Strategy. The rotated fp32 tile lives in shared memory, token-major with a
 // row stride of D + 1 floats (odd, so both channel lines and token lines are
 // bank-conflict free). The Sinkhorn iterate `cur` is never stored: each
-// standard-deviation pass recomputes cur = X / e_col / e_row from X (the
-// host's exact expression), one warp per line in the strided layout of
-// warp_primitives.cuh, so the canonical tree order holds. This supports every
-// tile with D * G <= 32768 (all presets: up to D = 256 x G = 128 = 128 KB of
-// fp32). D = 256 x G = 256 (256 KB) does not fit and is rejected by a
-// static_assert; it would need X kept in registers across several blocks or
-// re-read and re-rotated from global memory for every pass.
+// standard-deviation pass recomputes cur = X * rc[c] * rr[r] from X (the
+// host's exact expression, sinkhorn.hpp: reciprocals rc = 1/e^Lc, rr = 1/e^Lr
+// computed once per update), one warp per line in the strided layout of
+// warp_primitives.cuh, so the canonical tree order holds; a warp works on up
+// to 4 lines at once (independent dependency chains: the passes are latency
+// bound). After the scale stage x holds Y = X / s^, which the code stage
+// reads. This supports every tile with D * G <= 32768 (all presets: up to
+// D = 256 x G = 128 = 128 KB of fp32). D = 256 x G = 256 (256 KB) does not fit
+// and is rejected by a static_assert; it would need X kept in registers across
+// several blocks or re-read and re-rotated from global memory for every pass.
 //
 // Status (same values as the host):
 //  * success;
@@ -118,7 +121,7 @@ class block_tile_codec {
   struct TempStorage {
     float x[G * XS];
     alignas(16) std::uint8_t codes[D * G];
-    float lcol[L], lrow[L], ecol[L], erow[L], col_std[L], row_std[L], best_col[L];
+    float lcol[L], lrow[L], ecol[L], erow[L], rcol[L], rrow[L], col_std[L], row_std[L], best_col[L];
     float col_hat[L], col_lower[L], row_hi[L], row_need[L], row_a[L], row_z[L];
     side_fields key, value;
     float best;
@@ -196,11 +199,25 @@ class block_tile_codec {
   KVTILE_DEVICE void load(Loader& loader) {
     const int lane = lane_id();
     unsigned f = 0u;
-    for (int g = warp_id(); g < G; g += WARPS) {
-      float v[JD];
-      f |= loader(g, v);
+    // K tokens per warp at once: independent load + rotate chains.
+    constexpr int per_warp = (G + WARPS - 1) / WARPS;
+    constexpr int K = per_warp < 4 ? per_warp : 4;
+    constexpr bool even = G % WARPS == 0 && per_warp % K == 0;
+    for (int i0 = 0; i0 < per_warp; i0 += K) {
+      float v[K][JD];
 #pragma unroll
-      for (int j = 0; j < JD; ++j) s_.x[g * XS + lane + 32 * j] = v[j];
+      for (int k = 0; k < K; ++k) {
+        const int g = warp_id() + WARPS * (i0 + k);
+        if (even || ((i0 + k) < per_warp && g < G)) f |= loader(g, v[k]);  // warp-uniform
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int g = warp_id() + WARPS * (i0 + k);
+        if (even || ((i0 + k) < per_warp && g < G)) {
+#pragma unroll
+          for (int j = 0; j < JD; ++j) s_.x[g * XS + lane + 32 * j] = v[k][j];
+        }
+      }
     }
     f = __reduce_or_sync(full_warp_mask, f);  // flags are per lane
     if (f && lane == 0) atomicOr(&s_.flags, f);
@@ -214,35 +231,63 @@ class block_tile_codec {
     return Key ? s_.x[c * XS + r] : s_.x[r * XS + c];
   }
   template <bool Key>
-  KVTILE_DEVICE float cur(int r, int c) const {
-    return detail::div(detail::div(X<Key>(r, c), s_.ecol[c]), s_.erow[r]);
+  KVTILE_DEVICE float& Xref(int r, int c) {
+    return Key ? s_.x[c * XS + r] : s_.x[r * XS + c];
   }
+  // The Sinkhorn iterate (sinkhorn.hpp): cur = X * rc[c] * rr[r], with the
+  // reciprocals rc = 1 / ecol, rr = 1 / erow computed once per update.
 
   // Column stds (over the R rows) and row stds (over the C columns) of cur.
-  template <bool Key>
-  KVTILE_DEVICE void col_stds() {
-    constexpr int R = Key ? D : G, C = Key ? G : D, J = R / 32;
+  // A lane's rows (columns) are the same for every line, so their reciprocals
+  // are loaded once per pass. Each std is a long dependent chain (two shuffle
+  // trees, a division, a square root), so a warp works on NB lines at once
+  // (independent chains in one basic block: the scheduler interleaves them).
+  static constexpr int NB = 4;
+  template <bool Key, bool Cols>
+  KVTILE_DEVICE void line_stds() {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
+    constexpr int N = Cols ? C : R;        // lines
+    constexpr int J = (Cols ? R : C) / 32;  // per-lane values of a line
+    constexpr int per_warp = (N + WARPS - 1) / WARPS;
+    constexpr int K = per_warp < NB ? per_warp : NB;
     const int lane = lane_id();
-    for (int c = warp_id(); c < C; c += WARPS) {
-      float v[J];
+    float rl[J];  // reciprocals along the line (fixed per lane)
 #pragma unroll
-      for (int j = 0; j < J; ++j) v[j] = cur<Key>(lane + 32 * j, c);
-      const float sd = warp_canonical_std(v);
-      if (lane == 0) s_.col_std[c] = sd;
+    for (int j = 0; j < J; ++j) rl[j] = Cols ? s_.rrow[lane + 32 * j] : s_.rcol[lane + 32 * j];
+    for (int i0 = 0; i0 < per_warp; i0 += K) {
+      float v[K][J];
+      float sd[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int line = warp_id() + WARPS * (i0 + k);
+        // warp-uniform; compile-time true when the lines split evenly
+        const bool valid = (N % WARPS == 0 && per_warp % K == 0) || ((i0 + k) < per_warp && line < N);
+        const float rw = valid ? (Cols ? s_.rcol[line] : s_.rrow[line]) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          const float x = valid ? (Cols ? X<Key>(lane + 32 * j, line) : X<Key>(line, lane + 32 * j)) : 0.0f;
+          // host order: mul(mul(X, rc[c]), rr[r])
+          if constexpr (Cols) v[k][j] = detail::mul(detail::mul(x, rw), rl[j]);
+          else v[k][j] = detail::mul(detail::mul(x, rl[j]), rw);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) sd[k] = warp_canonical_std(v[k]);
+      if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const int line = warp_id() + WARPS * (i0 + k);
+          if ((N % WARPS == 0 && per_warp % K == 0) || ((i0 + k) < per_warp && line < N))
+            (Cols ? s_.col_std : s_.row_std)[line] = sd[k];
+        }
+      }
     }
   }
   template <bool Key>
-  KVTILE_DEVICE void row_stds() {
-    constexpr int R = Key ? D : G, C = Key ? G : D, J = C / 32;
-    const int lane = lane_id();
-    for (int r = warp_id(); r < R; r += WARPS) {
-      float v[J];
-#pragma unroll
-      for (int j = 0; j < J; ++j) v[j] = cur<Key>(r, lane + 32 * j);
-      const float sd = warp_canonical_std(v);
-      if (lane == 0) s_.row_std[r] = sd;
-    }
-  }
+  KVTILE_DEVICE void col_stds() { line_stds<Key, true>(); }
+  template <bool Key>
+  KVTILE_DEVICE void row_stds() { line_stds<Key, false>(); }
+
   // imb of method.md section 2, computed by warp 0 (values are >= +0: order free).
   template <bool Key>
   KVTILE_DEVICE float imbalance_warp0() const {
@@ -271,9 +316,11 @@ class block_tile_codec {
     for (int i = threadIdx.x; i < L; i += BLOCK_THREADS) {
       s_.lcol[i] = 0.0f;
       s_.ecol[i] = 1.0f;
+      s_.rcol[i] = 1.0f;
       s_.best_col[i] = 1.0f;
       s_.lrow[i] = 0.0f;
       s_.erow[i] = 1.0f;
+      s_.rrow[i] = 1.0f;
     }
     if constexpr (iterations > 0) {
       __syncthreads();
@@ -285,11 +332,19 @@ class block_tile_codec {
         if (lane_id() == 0) s_.best = m;
       }
       for (int it = 0; it < iterations; ++it) {
-        for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) s_.ecol[c] = detail::sinkhorn_update(s_.lcol[c], s_.col_std[c]);
+        for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) {
+          const float e = detail::sinkhorn_update(s_.lcol[c], s_.col_std[c]);
+          s_.ecol[c] = e;
+          s_.rcol[c] = detail::div(1.0f, e);
+        }
         __syncthreads();
         row_stds<Key>();
         __syncthreads();
-        for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) s_.erow[r] = detail::sinkhorn_update(s_.lrow[r], s_.row_std[r]);
+        for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) {
+          const float e = detail::sinkhorn_update(s_.lrow[r], s_.row_std[r]);
+          s_.erow[r] = e;
+          s_.rrow[r] = detail::div(1.0f, e);
+        }
         __syncthreads();
         col_stds<Key>();
         row_stds<Key>();
@@ -317,14 +372,33 @@ class block_tile_codec {
     constexpr int R = Key ? D : G, C = Key ? G : D;
     const int lane = lane_id();
     // Column lower bounds: max |X| over the column (from +0, so never -0).
-    for (int c = warp_id(); c < C; c += WARPS) {
-      float m = 0.0f;
-      for (int r = lane; r < R; r += 32) {
-        const float x = X<Key>(r, c);
-        m = detail::fmax(m, x < 0 ? -x : x);
+    {
+      constexpr int per_warp = (C + WARPS - 1) / WARPS;
+      constexpr int K = per_warp < NB ? per_warp : NB;
+      constexpr bool even = C % WARPS == 0 && per_warp % K == 0;
+      for (int i0 = 0; i0 < per_warp; i0 += K) {  // K columns at once
+        float m[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const int c = warp_id() + WARPS * (i0 + k);
+          const int cc = (even || ((i0 + k) < per_warp && c < C)) ? c : 0;
+          m[k] = 0.0f;
+#pragma unroll
+          for (int r = lane; r < R; r += 32) {
+            const float x = X<Key>(r, cc);
+            m[k] = detail::fmax(m[k], x < 0 ? -x : x);
+          }
+          m[k] = warp_fmax(m[k]);
+        }
+        if (lane == 0) {
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            const int c = warp_id() + WARPS * (i0 + k);
+            if (even || ((i0 + k) < per_warp && c < C))
+              s_.col_lower[c] = detail::fmax(detail::div(m[k], max_normalized_magnitude), 1.17549435e-38f);
+          }
+        }
       }
-      m = warp_fmax(m);
-      if (lane == 0) s_.col_lower[c] = detail::fmax(detail::div(m, max_normalized_magnitude), 1.17549435e-38f);
     }
     __syncthreads();
     float vmax = 0.0f;
@@ -343,20 +417,38 @@ class block_tile_codec {
     if (s_.fail) return false;
     // Rows: range (first-wins min/max), fp16 zero rounded down, required step.
     constexpr int J = C / 32;
-    for (int r = warp_id(); r < R; r += WARPS) {
-      float y[J];
+    constexpr int per_warp = (R + WARPS - 1) / WARPS;
+    constexpr int K = per_warp < NB ? per_warp : NB;
+    constexpr bool even = R % WARPS == 0 && per_warp % K == 0;
+    for (int i0 = 0; i0 < per_warp; i0 += K) {  // K rows at once (independent chains)
+      float lo[K], hi[K];
 #pragma unroll
-      for (int j = 0; j < J; ++j) y[j] = detail::div(X<Key>(r, lane + 32 * j), s_.col_hat[lane + 32 * j]);
-      float lo, hi;
-      warp_line_min_max(y, lo, hi);
-      Rounder::clipped_range(lo, hi, lo, hi);
+      for (int k = 0; k < K; ++k) {
+        const int r = warp_id() + WARPS * (i0 + k);
+        const bool valid = even || ((i0 + k) < per_warp && r < R);  // warp-uniform
+        const int rr = valid ? r : 0;
+        float y[J];
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          y[j] = detail::div(X<Key>(rr, lane + 32 * j), s_.col_hat[lane + 32 * j]);
+          if (valid) Xref<Key>(rr, lane + 32 * j) = y[j];  // x now holds Y = X / s^ (make_codes reads it)
+        }
+        warp_line_min_max(y, lo[k], hi[k]);
+      }
       if (lane == 0) {
-        const half_t z = half_round_down(lo);
-        st.zero[r] = z.bits();
-        const float zf = z.to_float();
-        s_.row_z[r] = zf;
-        s_.row_hi[r] = hi;
-        s_.row_need[r] = Rounder::required_scale(hi, zf);
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const int r = warp_id() + WARPS * (i0 + k);
+          if (!(even || ((i0 + k) < per_warp && r < R))) continue;
+          float l = lo[k], h = hi[k];
+          Rounder::clipped_range(l, h, l, h);
+          const half_t z = half_round_down(l);
+          st.zero[r] = z.bits();
+          const float zf = z.to_float();
+          s_.row_z[r] = zf;
+          s_.row_hi[r] = h;
+          s_.row_need[r] = Rounder::required_scale(h, zf);
+        }
       }
     }
     __syncthreads();
@@ -384,10 +476,9 @@ class block_tile_codec {
     const int lane = lane_id();
     for (int r = warp_id(); r < R; r += WARPS) {
       const float a = s_.row_a[r], z = s_.row_z[r];
-      for (int c = lane; c < C; c += 32) {
-        const float y = detail::div(X<Key>(r, c), s_.col_hat[c]);
-        s_.codes[r * C + c] = static_cast<std::uint8_t>(Rounder::quantize(y, a, z));
-      }
+#pragma unroll
+      for (int c = lane; c < C; c += 32)  // x holds Y (written by scales)
+        s_.codes[r * C + c] = static_cast<std::uint8_t>(Rounder::quantize(X<Key>(r, c), a, z));
     }
   }
 
