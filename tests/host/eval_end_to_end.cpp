@@ -253,6 +253,19 @@ TEST_CASE("eval end to end: errors are reported, a missing gnuplot only warns") 
   CHECK(run_app(o, out, err) == 1);
 #if !KVTILE_EVAL_HAVE_CUDA
   CHECK(err.str().find("built without CUDA") != std::string::npos);
+  // --compare-devices needs the GPU path too; the fallback supports no codec
+  o.device = "cpu";
+  o.compare_devices = true;
+  err.str("");
+  CHECK(run_app(o, out, err) == 1);
+  CHECK(err.str().find("--compare-devices: kvtile-eval was built without CUDA") != std::string::npos);
+  o.compare_devices = false;
+  CHECK_FALSE(kvtile_eval::device_supports(kvtile::codec_params{}));
+  {
+    std::string why;
+    CHECK_FALSE(kvtile_eval::device_available(why));
+    CHECK(why.find("built without CUDA") != std::string::npos);
+  }
 #endif
   o.device = "tpu";
   CHECK(run_app(o, out, err) == 2);

@@ -18,13 +18,7 @@
 #include "report.hpp"
 #include "safetensors.hpp"
 
-#ifndef KVTILE_EVAL_HAVE_CUDA
-#define KVTILE_EVAL_HAVE_CUDA 0
-#endif
-#if KVTILE_EVAL_HAVE_CUDA
-// tools/kvtile-eval/cuda/probe.cu: number of CUDA devices (0 when none or on error).
-int kvtile_eval_cuda_device_count();
-#endif
+#include "device_codec.hpp"
 
 namespace kvtile_eval {
 
@@ -43,6 +37,7 @@ struct app_options {
   std::uint64_t sample_seed = 1;
   std::vector<double> budgets = default_budgets();
   std::string device = "cpu";
+  bool compare_devices = false;  // run host and GPU codecs, report bit-identity (implies --device cuda)
   // outputs
   std::string json, csv, plot;
   bool table = true;
@@ -167,24 +162,19 @@ inline bool load_inputs(const app_options& o, dataset& ds, std::string& err) {
 
 // The whole program; returns the exit code (0 ok, 1 error, 2 usage).
 inline int run_app(const app_options& o, std::ostream& out, std::ostream& errs, eval_result* result_out = nullptr) {
-  if (o.device == "cuda") {
-#if KVTILE_EVAL_HAVE_CUDA
-    if (kvtile_eval_cuda_device_count() <= 0) {
-      errs << "kvtile-eval: --device cuda: no GPU (no CUDA device found); use --device cpu\n";
-      return 1;
-    }
-    errs << "kvtile-eval: --device cuda is not implemented yet; use --device cpu\n";
-    return 1;
-#else
-    errs << "kvtile-eval: --device cuda: kvtile-eval was built without CUDA; use --device cpu\n";
-    return 1;
-#endif
-  } else if (o.device != "cpu") {
+  if (o.device != "cpu" && o.device != "cuda") {
     errs << "kvtile-eval: unknown --device '" << o.device << "' (cpu or cuda)\n";
     return 2;
   }
   eval_options eo;
   std::string err;
+  eo.use_device = o.device == "cuda" || o.compare_devices;
+  eo.compare_devices = o.compare_devices;
+  if (eo.use_device && !device_available(err)) {
+    errs << "kvtile-eval: " << (o.compare_devices ? "--compare-devices" : "--device cuda") << ": " << err
+         << "; use --device cpu\n";
+    return 1;
+  }
   if (!select_methods(o.methods, eo.methods, err)) {
     errs << "kvtile-eval: " << err << "\n";
     return 2;
@@ -225,6 +215,30 @@ inline int run_app(const app_options& o, std::ostream& out, std::ostream& errs, 
   const ranking k = rank_methods(r, o.budgets);
   if (o.table) print_table(r, k, out);
   int rc = 0;
+  if (eo.use_device && !o.quiet) {
+    std::string host_only;
+    for (const auto& m : r.methods)
+      if (m.device != "cuda") host_only += (host_only.empty() ? "" : ", ") + m.spec.name();
+    if (!host_only.empty())
+      errs << "kvtile-eval: note: --device cuda: no GPU codec for " << host_only << "; they ran on the host\n";
+  }
+  if (eo.compare_devices) {
+    std::size_t tiles = 0, bad = 0, methods = 0;
+    for (const auto& m : r.methods)
+      if (m.compared) {
+        ++methods;
+        tiles += m.compared_tiles;
+        bad += m.mismatched_tiles;
+      }
+    for (const auto& m : r.methods)
+      if (m.compared && m.mismatched_tiles)
+        out << "  " << m.spec.name() << ": " << m.mismatched_tiles << " of " << m.compared_tiles
+            << " tiles differ (first: " << m.compare_note << ")\n";
+    out << "device vs host: " << tiles << " tiles, " << bad << " mismatches (" << methods
+        << " methods; per (tile, KV head): record bytes and decoded K/V bits, a failure on one side only: every tile) -> "
+        << (bad ? "FAIL" : "PASS") << "\n";
+    if (bad) rc = 1;
+  }
   for (const auto& m : r.methods)
     if (!m.ok && !o.quiet) errs << "kvtile-eval: warning: " << m.spec.name() << " failed: " << m.error << "\n";
   if (!o.json.empty() && !write_json(r, k, o.json, err)) {

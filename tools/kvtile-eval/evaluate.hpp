@@ -10,6 +10,11 @@
 //    attention over all keys up to the position with the original and the
 //    reconstructed K/V: relative output error and KL(p || p^); also at the
 //    context-length checkpoints 1K, 4K, 16K, ... and the dump length.
+// With eval_options::use_device (`--device cuda`), the tiles of a layer are
+// encoded and decoded on the GPU instead (device_codec.hpp: one launch per
+// method and layer, the layer uploaded once); methods without a device codec
+// (token_rtn) run on the host. compare_devices runs both and counts the
+// (tile, KV head) items whose status, record or decoded K/V bits differ.
 // Work is split over std::thread workers, each with its own codec workspace;
 // every sum is reduced in a fixed order, so results do not depend on the
 // thread count.
@@ -36,6 +41,7 @@
 
 #include <kvtile/kvtile.hpp>
 
+#include "device_codec.hpp"
 #include "generator.hpp"
 #include "metrics.hpp"
 #include "tensor.hpp"
@@ -398,6 +404,11 @@ struct method_result {
   double capacity = 0;        // 16 / bits: tokens held versus an fp16 cache
   std::size_t record_bytes = 0;
   double seconds = 0;
+  std::string device = "cpu";  // where the tiles were encoded and decoded ("cuda": the GPU codec)
+  // compare_devices: (tile, KV head) items compared, and those that differ
+  bool compared = false;
+  std::size_t compared_tiles = 0, mismatched_tiles = 0;
+  std::string compare_note;  // first difference, if any
   std::vector<scope_metrics> layers;
   scope_metrics all;
 };
@@ -410,6 +421,8 @@ struct eval_result {
   int queries_per_layer = 0, context_queries = 0;
   int threads = 1;
   double seconds = 0;
+  std::string device = "cpu";  // "cuda" when use_device
+  bool compared = false;       // compare_devices ran
   std::vector<method_result> methods;
 };
 
@@ -419,6 +432,10 @@ struct eval_options {
   int context_queries = 16;     // the same, per context checkpoint and layer
   std::uint64_t sample_seed = 1;
   std::vector<method_spec> methods = all_methods();
+  // GPU codec (the caller checks device_available first); compare_devices
+  // also runs the host codec and compares (implies use_device).
+  bool use_device = false;
+  bool compare_devices = false;
   // progress(done units, total units, current method name)
   std::function<void(std::size_t, std::size_t, const std::string&)> progress;
 };
@@ -479,6 +496,7 @@ struct sample {
 struct layer_buffers {
   std::vector<float> ko, vo;  // originals
   std::vector<float> kh, vh;  // reconstructions
+  std::vector<float> kh_host, vh_host;  // compare_devices: the host's reconstructions
   std::vector<double> k_err2, k_sig2, v_err2, v_sig2, k_cos, v_cos;  // per (head, token)
   std::vector<float> k_tok, v_tok;  // per-token relative errors
   std::vector<double> s_rel, s_kl;  // per query of each sample
@@ -507,8 +525,10 @@ inline void copy_tail(const dataset& ds, int t0, layer_buffers& b) {
     }
 }
 
+// records (optional): item * record_bytes, item = tile * kv_heads + head.
 template <class Codec>
-bool quantize_layer(const dataset& ds, int l, sinkhorn_memo* memo, int threads, layer_buffers& b, std::string& err) {
+bool quantize_layer(const dataset& ds, int l, sinkhorn_memo* memo, int threads, layer_buffers& b, std::string& err,
+                    std::vector<unsigned char>* records = nullptr) {
   constexpr int G = Codec::G;
   const int T = ds.tokens, D = ds.head_dim;
   const int tiles = T / G;
@@ -518,6 +538,7 @@ bool quantize_layer(const dataset& ds, int l, sinkhorn_memo* memo, int threads, 
   std::vector<std::vector<unsigned char>> rec(nthreads);
   std::atomic<bool> failed{false};
   std::vector<kvtile::status> first(nthreads, kvtile::status::success);
+  if (records) records->assign(static_cast<std::size_t>(tiles) * ds.kv_heads * Codec::record_bytes, 0);
   parallel_for(static_cast<std::size_t>(tiles) * ds.kv_heads, nthreads, [&](std::size_t item, int w) {
     if (failed.load()) return;
     if (!ws[w]) {
@@ -535,6 +556,8 @@ bool quantize_layer(const dataset& ds, int l, sinkhorn_memo* memo, int threads, 
       s = Codec::encode_values(v, stride, rec[w].data(), ws[w].get());
     }
     memo_slot = nullptr;
+    if (kvtile::ok(s) && records)
+      std::copy(rec[w].begin(), rec[w].end(), records->begin() + static_cast<std::ptrdiff_t>(item * Codec::record_bytes));
     if (kvtile::ok(s)) s = Codec::decode_keys(rec[w].data(), b.kh.data() + dst, D, kvtile::frame::original);
     if (kvtile::ok(s)) s = Codec::decode_values(rec[w].data(), b.vh.data() + dst, D, kvtile::frame::original);
     if (!kvtile::ok(s)) {
@@ -549,6 +572,51 @@ bool quantize_layer(const dataset& ds, int l, sinkhorn_memo* memo, int threads, 
     }
   copy_tail(ds, tiles * G, b);
   return true;
+}
+
+// The GPU codec on the uploaded layer (device_codec.hpp): decoded tiles into
+// b.kh / b.vh, then the fp16 tail. Fails like the host path on the first
+// (in item order) tile whose status is not ok, or on a CUDA error.
+inline bool quantize_layer_device(const dataset& ds, const kvtile::codec_params& p, device_codec_session& s,
+                                  layer_buffers& b, std::vector<unsigned char>* records, std::string& err) {
+  std::vector<int> st;
+  if (!s.roundtrip(p, b.kh.data(), b.vh.data(), st, records, err)) {
+    err = "GPU codec: " + err;
+    return false;
+  }
+  for (int v : st)
+    if (!kvtile::ok(static_cast<kvtile::status>(v))) {
+      err = std::string("codec error: ") + kvtile::to_string(static_cast<kvtile::status>(v)) + " (GPU codec)";
+      return false;
+    }
+  copy_tail(ds, ds.tokens / p.tile_tokens * p.tile_tokens, b);
+  return true;
+}
+
+// compare_devices: counts the items (tile, head) of one layer whose record or
+// decoded K/V bits differ between the host (b.kh_host, host_rec) and the
+// device (b.kh, dev_rec); notes the first difference.
+inline std::size_t compare_layer(const dataset& ds, int G, std::size_t record_bytes, const layer_buffers& b,
+                                 const std::vector<unsigned char>& host_rec, const std::vector<unsigned char>& dev_rec,
+                                 int layer, std::string& note) {
+  const int T = ds.tokens, D = ds.head_dim, H = ds.kv_heads;
+  const std::size_t items = static_cast<std::size_t>(T / G) * H;
+  const std::size_t n = static_cast<std::size_t>(G) * D;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < items; ++i) {
+    const int tile = static_cast<int>(i / H), h = static_cast<int>(i % H);
+    const std::size_t off = b.at(h, tile * G, T, D);
+    const bool rec_ok = host_rec.size() == dev_rec.size() &&
+                        std::memcmp(host_rec.data() + i * record_bytes, dev_rec.data() + i * record_bytes,
+                                    record_bytes) == 0;
+    const bool k_ok = std::memcmp(b.kh.data() + off, b.kh_host.data() + off, n * sizeof(float)) == 0;
+    const bool v_ok = std::memcmp(b.vh.data() + off, b.vh_host.data() + off, n * sizeof(float)) == 0;
+    if (rec_ok && k_ok && v_ok) continue;
+    if (bad++ == 0 && note.empty())
+      note = "layer " + std::to_string(layer) + ", tile " + std::to_string(tile) + ", KV head " + std::to_string(h) +
+             ": " + (rec_ok ? "" : "record ") + (k_ok ? "" : "keys ") + (v_ok ? "" : "values ") + "differ";
+  }
+  return bad;
 }
 
 inline bool quantize_layer_token_rtn(const dataset& ds, const method_spec& m, int threads, layer_buffers& b,
@@ -664,6 +732,21 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
   for (auto* v : {&b.k_err2, &b.k_sig2, &b.v_err2, &b.v_sig2, &b.k_cos, &b.v_cos}) v->resize(layer_rows);
   b.k_tok.resize(layer_rows);
   b.v_tok.resize(layer_rows);
+  const bool use_device = opt.use_device || opt.compare_devices;
+  std::unique_ptr<device_codec_session> session;
+  if (use_device) {
+    if (!device_available(err)) {
+      err = "--device cuda: " + err;
+      return false;
+    }
+    session.reset(new device_codec_session);
+    res.device = "cuda";
+    res.compared = opt.compare_devices;
+    if (opt.compare_devices) {
+      b.kh_host.resize(layer_elems);
+      b.vh_host.resize(layer_elems);
+    }
+  }
   const std::size_t total_units = static_cast<std::size_t>(ds.layers) * (nm + 1);
   std::size_t done_units = 0;
 
@@ -717,6 +800,7 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
     b.s_kl.assign(samples.size() * group, 0.0);
 
     std::vector<sinkhorn_memo> memos;
+    bool uploaded = false;  // this layer's K/V on the GPU (the first device method uploads them)
     for (std::size_t m = 0; m < nm; ++m) {
       const method_spec& spec = opt.methods[m];
       method_result& mr = res.methods[m];
@@ -755,17 +839,54 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
         p.algo = spec.fam == family::kvarn ? kvtile::method::kvarn
                  : spec.fam == family::kivi ? kvtile::method::kivi
                                             : kvtile::method::rotate_rtn;
+        const bool on_device = use_device && device_supports(p);
+        const bool on_host = !on_device || opt.compare_devices;
+        std::vector<unsigned char> host_rec, dev_rec;
+        const bool cmp = on_device && opt.compare_devices;
         const kvtile::status st = kvtile::dispatch(p, [&](auto tag) {
           using Codec = typename decltype(tag)::type;
           using Run = with_memo_t<Codec>;
           static_assert(Run::record_bytes == Codec::record_bytes, "memo must not change the record");
           mr.bits = Codec::bits_per_element;
           mr.record_bytes = Codec::record_bytes;
-          ok = detail::quantize_layer<Run>(ds, l, memo, threads, b, merr);
+          if (on_host) ok = detail::quantize_layer<Run>(ds, l, memo, threads, b, merr, cmp ? &host_rec : nullptr);
         });
         if (st != kvtile::status::success) {
           ok = false;
           merr = std::string("unsupported configuration: ") + kvtile::to_string(st);
+        } else if (on_device) {
+          mr.device = "cuda";
+          if (!uploaded) {
+            std::string uerr;
+            if (!session->upload(b.ko.data(), b.vo.data(), H, T, D, uerr)) {
+              err = "--device cuda: " + uerr;
+              return false;
+            }
+            uploaded = true;
+          }
+          if (cmp) {
+            b.kh.swap(b.kh_host);
+            b.vh.swap(b.vh_host);
+          }
+          const bool host_ok = ok;
+          std::string derr;
+          ok = detail::quantize_layer_device(ds, p, *session, b, cmp ? &dev_rec : nullptr, derr);
+          if (cmp) {
+            const std::size_t items = static_cast<std::size_t>(T / spec.tile_tokens) * H;
+            mr.compared = true;
+            mr.compared_tiles += items;
+            if (host_ok && ok) {
+              mr.mismatched_tiles +=
+                  detail::compare_layer(ds, spec.tile_tokens, mr.record_bytes, b, host_rec, dev_rec, l, mr.compare_note);
+            } else if (host_ok != ok) {
+              mr.mismatched_tiles += items;
+              if (mr.compare_note.empty())
+                mr.compare_note = "layer " + std::to_string(l) + ": " +
+                                  (ok ? "the host failed (" + merr + "), the GPU did not"
+                                      : "the GPU failed (" + derr + "), the host did not");
+            }
+          }
+          if (!ok) merr = derr.empty() ? merr : derr;
         }
       }
       if (!ok) {

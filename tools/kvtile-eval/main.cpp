@@ -51,7 +51,11 @@ int main(int argc, char** argv) {
   ev->add_option("--budgets", o.budgets, "attention-error budgets (fractions) for the 'best' marks")
       ->capture_default_str()
       ->delimiter(',');
-  ev->add_option("--device", o.device, "cpu, or cuda (needs a CUDA build and a GPU)")->capture_default_str();
+  ev->add_option("--device", o.device, "cpu, or cuda: encode/decode the tiles with the GPU codec (needs a CUDA build and a GPU)")
+      ->capture_default_str();
+  ev->add_flag("--compare-devices", o.compare_devices,
+               "run the host and the GPU codec and check that records and decoded K/V are bit-identical "
+               "(implies --device cuda; exit 1 on a mismatch)");
 
   auto* outg = app.add_option_group("Output");
   outg->add_option("--json", o.json, "write all results as JSON");

@@ -103,6 +103,9 @@ inline void print_table(const eval_result& r, const ranking& k, std::ostream& o)
   o << "  queries: " << detail::query_source_name(r.qsrc) << "; per layer " << r.queries_per_layer
     << " sampled (position, KV head) pairs x " << g << " query heads, and " << r.context_queries
     << " pairs per context checkpoint; " << r.threads << " threads, " << fmt("%.1f", r.seconds) << " s\n";
+  if (r.device != "cpu")
+    o << "  device: " << r.device << " (tiles encoded and decoded by the GPU codec, metrics on the host"
+      << (r.compared ? "; host codec run too and compared" : "") << ")\n";
   o << "  tokens of a trailing partial tile stay fp16 (as an engine's tail); 'bits' counts a quantized tile "
        "(K and V, all metadata)\n\n";
   const std::size_t wn = 26;
@@ -201,6 +204,7 @@ inline nlohmann::json to_json(const eval_result& r, const ranking& k) {
                    {"context_queries", r.context_queries},
                    {"threads", r.threads},
                    {"seconds", r.seconds},
+                   {"device", r.device},
                    {"context_positions", r.context_positions},
                    {"primary_metric", "attention.rel_err_mean"},
                    {"partial_tile_tokens", "kept in fp16"}};
@@ -228,6 +232,10 @@ inline nlohmann::json to_json(const eval_result& r, const ranking& k) {
       e["capacity_vs_fp16"] = num(m.capacity);
       e["record_bytes"] = m.record_bytes;
       e["seconds"] = m.seconds;
+      e["device"] = m.device;
+      if (m.compared)
+        e["device_vs_host"] = {{"tiles", m.compared_tiles}, {"mismatches", m.mismatched_tiles},
+                               {"first_difference", m.compare_note}};
       e["pareto"] = static_cast<bool>(k.pareto[i]);
       nlohmann::json wins = nlohmann::json::array();
       for (std::size_t b = 0; b < k.budgets.size(); ++b)
