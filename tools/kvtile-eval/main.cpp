@@ -60,7 +60,11 @@ int main(int argc, char** argv) {
   auto* outg = app.add_option_group("Output");
   outg->add_option("--json", o.json, "write all results as JSON");
   outg->add_option("--csv", o.csv, "write all results as CSV (one row per method and scope)");
-  outg->add_option("--plot", o.plot, "write the Pareto plot (.png via pngcairo, or .svg) with gnuplot");
+  o.plot = "kvtile-eval.png";
+  outg->add_option("--plot", o.plot, "write the Pareto plot (.png via pngcairo, or .svg) with gnuplot")
+      ->capture_default_str();
+  bool no_plot = false;
+  outg->add_flag("--no-plot", no_plot, "do not write the plot");
   bool no_table = false, no_progress = false, progress = false;
   outg->add_flag("--no-table", no_table, "do not print the table");
   outg->add_flag("--quiet", o.quiet, "no notes, warnings or progress on stderr");
@@ -73,6 +77,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   o.table = !no_table;
+  if (no_plot) o.plot.clear();
   o.progress = no_progress ? 0 : progress ? 1 : -1;
   try {
     return kvtile_eval::run_app(o, std::cout, std::cerr);
