@@ -7,16 +7,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev gnuplot-nox)
-if command -v apt-get >/dev/null 2>&1; then
-  sudo=""
-  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-  missing=()
-  for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if ((${#missing[@]})); then
-    $sudo apt-get update
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
-  fi
-fi
+bash scripts/install-deps.sh "${packages[@]}"
 
 cmake -S . -B build/demo -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DKVTILE_BUILD_TESTS=OFF -DKVTILE_BUILD_EXAMPLES=OFF -DKVTILE_BUILD_BENCH=OFF \

@@ -9,16 +9,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(cmake ninja-build g++ clang doctest-dev libeigen3-dev libcli11-dev
           nlohmann-json3-dev libbenchmark-dev gnuplot-nox python3)
-if command -v apt-get >/dev/null 2>&1; then
-  sudo=""
-  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-  missing=()
-  for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if ((${#missing[@]})); then
-    $sudo apt-get update
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
-  fi
-fi
+bash scripts/install-deps.sh "${packages[@]}"
 
 # nvcc is usually not on PATH; CMake reads CUDACXX. Without nvcc the CUDA
 # targets are left out at configure time.
