@@ -278,19 +278,9 @@ inline bool read_npy_memory(const unsigned char* p, std::size_t n, tensor& t, st
 // Reads a file, streaming the data in chunks (no second copy of the file).
 inline bool read_npy_file(const std::string& path, tensor& t, std::string& err) {
   try {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      err = path + ": cannot open";
-      return false;
-    }
-    f.seekg(0, std::ios::end);
-    const std::streamoff end = f.tellg();
-    if (end < 0) {
-      err = path + ": cannot determine the file size";
-      return false;
-    }
-    const std::size_t size = static_cast<std::size_t>(end);
-    f.seekg(0);
+    std::ifstream f;
+    std::size_t size = 0;
+    if (!open_with_size(path, f, size, err)) return false;
     std::vector<unsigned char> head(size < 12 ? size : 12);
     f.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
     npy_header h;

@@ -211,19 +211,9 @@ inline bool read_safetensors_memory(const unsigned char* p, std::size_t n, const
 inline bool read_safetensors_file(const std::string& path, const std::string& name,
                                   const std::vector<std::string>& candidates, tensor& t, std::string& err) {
   try {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      err = path + ": cannot open";
-      return false;
-    }
-    f.seekg(0, std::ios::end);
-    const std::streamoff end = f.tellg();
-    if (end < 0) {
-      err = path + ": cannot determine the file size";
-      return false;
-    }
-    const std::size_t size = static_cast<std::size_t>(end);
-    f.seekg(0);
+    std::ifstream f;
+    std::size_t size = 0;
+    if (!open_with_size(path, f, size, err)) return false;
     std::vector<unsigned char> head(size < 8 ? size : 8);
     f.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
     if (head.size() == 8) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -87,6 +88,24 @@ inline void convert_elements(const unsigned char* src, std::size_t count, dtype 
       dst[i] = f;
     }
   }
+}
+
+// Opens `path` for binary reading and reports its size; on failure sets `err`.
+inline bool open_with_size(const std::string& path, std::ifstream& f, std::size_t& size, std::string& err) {
+  f.open(path, std::ios::binary);
+  if (!f) {
+    err = path + ": cannot open";
+    return false;
+  }
+  f.seekg(0, std::ios::end);
+  const std::streamoff end = f.tellg();
+  if (end < 0) {
+    err = path + ": cannot determine the file size";
+    return false;
+  }
+  size = static_cast<std::size_t>(end);
+  f.seekg(0);
+  return true;
 }
 
 }  // namespace kvtile_eval

@@ -150,7 +150,38 @@ class tile_codec {
     static_assert(is_element_type_v<T>, "element type must be half_t, bfloat16_t or float");
     if (status s = check_output(record, keys, token_stride); s != status::success) return s;
     if (status s = validate_keys(record); s != status::success) return s;
+    write_decoded_keys(view(record), keys, token_stride, f);
+    return status::success;
+  }
+
+  template <class T>
+  static status decode_values(const void* record, T* values, std::ptrdiff_t token_stride, frame f = frame::original) {
+    static_assert(is_element_type_v<T>, "element type must be half_t, bfloat16_t or float");
+    if (status s = check_output(record, values, token_stride); s != status::success) return s;
+    if (status s = validate_values(record); s != status::success) return s;
+    write_decoded_values(view(record), values, token_stride, f);
+    return status::success;
+  }
+
+  // Both halves; validates the whole record and both outputs before writing.
+  template <class T>
+  static status decode(const void* record, T* keys, std::ptrdiff_t key_stride, T* values, std::ptrdiff_t value_stride,
+                       frame f = frame::original) {
+    static_assert(is_element_type_v<T>, "element type must be half_t, bfloat16_t or float");
+    if (status s = validate(record); s != status::success) return s;
+    if (status s = check_output(record, keys, key_stride); s != status::success) return s;
+    if (status s = check_output(record, values, value_stride); s != status::success) return s;
     const view v(record);
+    write_decoded_keys(v, keys, key_stride, f);
+    write_decoded_values(v, values, value_stride, f);
+    return status::success;
+  }
+
+
+ private:
+  // Decode bodies: the record and the output arguments are already validated.
+  template <class T>
+  static void write_decoded_keys(const view& v, T* keys, std::ptrdiff_t token_stride, frame f) {
     float a[D], z[D], vec[D];
     for (int d = 0; d < D; ++d) {
       a[d] = v.key_scale(d);
@@ -163,15 +194,10 @@ class tile_codec {
       T* dst = keys + static_cast<std::ptrdiff_t>(g) * token_stride;
       for (int d = 0; d < D; ++d) dst[d] = detail::element_from_float<T>(vec[d]);
     }
-    return status::success;
   }
 
   template <class T>
-  static status decode_values(const void* record, T* values, std::ptrdiff_t token_stride, frame f = frame::original) {
-    static_assert(is_element_type_v<T>, "element type must be half_t, bfloat16_t or float");
-    if (status s = check_output(record, values, token_stride); s != status::success) return s;
-    if (status s = validate_values(record); s != status::success) return s;
-    const view v(record);
+  static void write_decoded_values(const view& v, T* values, std::ptrdiff_t token_stride, frame f) {
     float c[D], vec[D];
     for (int d = 0; d < D; ++d) c[d] = v.value_channel_scale(d);
     for (int g = 0; g < G; ++g) {
@@ -181,17 +207,10 @@ class tile_codec {
       T* dst = values + static_cast<std::ptrdiff_t>(g) * token_stride;
       for (int d = 0; d < D; ++d) dst[d] = detail::element_from_float<T>(vec[d]);
     }
-    return status::success;
   }
 
-  template <class T>
-  static status decode(const void* record, T* keys, std::ptrdiff_t key_stride, T* values, std::ptrdiff_t value_stride,
-                       frame f = frame::original) {
-    if (status s = validate(record); s != status::success) return s;
-    if (status s = decode_keys(record, keys, key_stride, f); s != status::success) return s;
-    return decode_values(record, values, value_stride, f);
-  }
 
+ public:
   // ---------------------------------------------------------------- validation
 
   // A record is valid when every field holds a value encode can write: scale
