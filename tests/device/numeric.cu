@@ -10,6 +10,10 @@
 //          cvt.rn.bf16.f32 (__float2bfloat16_rn), all 2^32 floats; decode of every
 //          half, bfloat16 and E4M3 code against cvt.f32.f16, __bfloat162float and
 //          cvt.rn.f16x2.e4m3x2 -> cvt.f32.f16, and against kvtile's host decode.
+//  fp16: the device pass of half_t converts with cvt.rn.f16.f32 / cvt.f32.f16
+//  itself, so the fp16 checks use half_t's integer reference path
+//  (from_float_bits_reference, to_float_bits_reference: what the host runs);
+//  their passing on the device is what makes the hardware path bit-identical.
 //  E4M3 directed rounding (no CUDA counterpart) is checked on both sides against
 //  a table search over the 127 non-negative E4M3 values.
 //
@@ -126,7 +130,9 @@ struct Results {
 
 // kvtile vs CUDA for float f. Host build: CUDA's host code; device build: the hardware.
 __host__ __device__ void compare_one(float f, const float* e4m3_values, Results& r) {
-  r.got[kHalfRn] = kvtile::half_t(f).bits();
+  // The integer reference path: on the device half_t(f) itself is the hardware
+  // cvt.rn.f16.f32, which this check is what justifies.
+  r.got[kHalfRn] = kvtile::half_t::from_float_bits_reference(f);
   r.got[kHalfRd] = kvtile::half_round_down(f).bits();
   r.got[kHalfRu] = kvtile::half_round_up(f).bits();
   r.got[kE4m3Rn] = kvtile::float_e4m3_t(f).bits();
@@ -184,7 +190,7 @@ __global__ void decode_kernel(DecodeOut* out) {
   const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= 65536u) return;
   const unsigned short s = static_cast<unsigned short>(c);
-  out->half_k[c] = __float_as_uint(kvtile::half_t::from_bits(s).to_float());
+  out->half_k[c] = __float_as_uint(kvtile::half_t::to_float_bits_reference(s));  // integer path (to_float is cvt here)
   out->half_cuda[c] = __float_as_uint(__half2float(__ushort_as_half(s)));
   out->bf16_k[c] = __float_as_uint(kvtile::bfloat16_t::from_bits(s).to_float());
   out->bf16_cuda[c] = __float_as_uint(__bfloat162float(__ushort_as_bfloat16(s)));

@@ -39,8 +39,23 @@ struct alignas(2) half_t {
   KVTILE_HOST_DEVICE float to_float() const { return to_float_bits(storage); }
   KVTILE_HOST_DEVICE explicit operator float() const { return to_float(); }
 
-  // float -> binary16, round to nearest even.
+  // float -> binary16, round to nearest even. NaN -> 0x7fff (sign dropped),
+  // overflow -> +-Inf. The device pass uses the hardware conversion
+  // (cvt.rn.f16.f32), which tests/device/numeric.cu showed bit-identical to the
+  // integer path below for all 2^32 floats; the integer path is the reference
+  // (host, and device code compiled for other targets).
   KVTILE_HOST_DEVICE static std::uint16_t from_float_bits(float f) {
+#if KVTILE_DEVICE_PASS
+    std::uint16_t r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+#else
+    return from_float_bits_reference(f);
+#endif
+  }
+
+  // The integer implementation of from_float_bits (exact under -ftz).
+  KVTILE_HOST_DEVICE static std::uint16_t from_float_bits_reference(float f) {
     const std::uint32_t x = detail::float_bits(f);
     const std::uint32_t sign = (x >> 16) & 0x8000u;
     const std::uint32_t ax = x & 0x7fffffffu;
@@ -69,7 +84,19 @@ struct alignas(2) half_t {
     return static_cast<std::uint16_t>(sign | h);
   }
 
+  // binary16 -> float (exact; NaN -> 0x7fffffff). Device pass: cvt.f32.f16,
+  // bit-identical (tests/device/numeric.cu, all 65536 codes).
   KVTILE_HOST_DEVICE static float to_float_bits(std::uint16_t h) {
+#if KVTILE_DEVICE_PASS
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+    return r;
+#else
+    return to_float_bits_reference(h);
+#endif
+  }
+
+  KVTILE_HOST_DEVICE static float to_float_bits_reference(std::uint16_t h) {
     const std::uint32_t sign = (h & 0x8000u) << 16;
     const std::uint32_t e = (h >> 10) & 0x1fu;
     const std::uint32_t m = h & 0x3ffu;

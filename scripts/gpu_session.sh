@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# scripts/gpu_session.sh: everything kvtile runs on the GPU machine, in one call.
+#
+#   STAGES="build test soak eval sanitize bench profile" scripts/gpu_session.sh
+#
+# Stages (default: all but profile, in this order):
+#   build     every device binary in parallel (nvcc, sm_90a): the GPU-codec tests
+#             and benchmark (build/gpu-codec/), the attention tests, sweeps,
+#             benchmark and example (build_attn/), the soak test and the numeric
+#             test (build/gpu/), kvtile-eval with CUDA (build/kvtile-eval-gpu/).
+#             Binaries already present and newer than every source are reused.
+#   test      GPU-codec identity tests, paged cache, attention API test,
+#             example, the six attention accuracy sweeps, numeric test.
+#   soak      the paged-cache soak test (full run).
+#   eval      tools/kvtile-eval/cuda/run_gpu_check.sh --no-build.
+#   sanitize  compute-sanitizer memcheck, racecheck, initcheck, synccheck over
+#             every device test (reduced sizes), concurrently (no timing here).
+#   bench     GPU-codec benchmark, attention benchmark, PyTorch SDPA (alone on
+#             the GPU, before anything concurrent).
+#   profile   Nsight Compute on the prefill encode, decode-to-fp16 and the
+#             k4v2 attention kernel.
+# Logs: $OUT/<stage>/... ; at the end everything is packed into
+# $OUT/logs.tar.gz (the device tool returns at most 8 files) and
+# $OUT/summary.txt. DEADLINE (seconds, default 560) skips stages that would
+# start after it. Exit status: 0 when every stage run passed.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-build/gpu-session}
+mkdir -p "$OUT"
+STAGES=${STAGES:-build test soak eval sanitize bench}
+DEADLINE=${DEADLINE:-560}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+FLAGS="-std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I include -I .deps"
+SUMMARY=$OUT/summary.txt
+T0=$SECONDS
+rc=0
+say() { echo "[$((SECONDS - T0))s] $*" | tee -a "$SUMMARY"; }
+want() { [[ " $STAGES " == *" $1 "* ]] && { (( SECONDS - T0 < DEADLINE )) || { say "SKIP $1 (deadline)"; return 1; }; }; }
+mkdir -p build/gpu-codec build_attn build/gpu
+
+# ---------------------------------------------------------------- build
+fresh() {  # fresh <binary> <source>: binary exists and is newer than the source and every header
+  [ -x "$1" ] && [ "$1" -nt "$2" ] &&
+    [ -z "$(find include tests/device bench/device examples -newer "$1" \( -name '*.cuh' -o -name '*.hpp' \) 2>/dev/null | head -1)" ]
+}
+nv() {  # nv <binary> <source> [extra flags]
+  local b=$1 s=$2; shift 2
+  if [ -z "${REBUILD:-}" ] && fresh "$b" "$s"; then echo "up to date: $b"; return 0; fi
+  local t=$SECONDS
+  $NVCC $FLAGS "$@" -o "$b" "$s" > "$b.buildlog" 2>&1; local r=$?
+  echo "built $b in $((SECONDS - t)) s (rc $r)"; [ $r = 0 ] || cat "$b.buildlog"
+  return $r
+}
+if want build; then
+  say "build start ($($NVCC --version | tail -1))"
+  mkdir -p "$OUT/build"
+  pids=()
+  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache; do
+    nv build/gpu-codec/$n tests/device/$n.cu > "$OUT/build/$n.log" 2>&1 & pids+=($!)
+  done
+  nv build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/build/gpu_codec_bench.log" 2>&1 & pids+=($!)
+  for t in attention attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
+    nv build_attn/$t tests/device/$t.cu > "$OUT/build/$t.log" 2>&1 & pids+=($!)
+  done
+  nv build_attn/bench_attention bench/device/attention.cu > "$OUT/build/bench_attention.log" 2>&1 & pids+=($!)
+  nv build_attn/paged_decode examples/paged_decode/main.cu > "$OUT/build/paged_decode.log" 2>&1 & pids+=($!)
+  nv build/gpu/soak tests/device/soak.cu > "$OUT/build/soak.log" 2>&1 & pids+=($!)
+  nv build/gpu/numeric tests/device/numeric.cu > "$OUT/build/numeric.log" 2>&1 & pids+=($!)
+  (JOBS=3 OUT=$OUT/build tools/kvtile-eval/cuda/run_gpu_check.sh --build-only) > "$OUT/build/kvtile-eval.log" 2>&1 & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  cat "$OUT"/build/*.log | grep -E "^built|FAILED|error" | tee -a "$SUMMARY"
+  say "build done rc=$rc"
+fi
+
+run_logged() {  # run_logged <log> <cmd...>: appends "exit N"
+  local log=$1; shift
+  "$@" > "$log" 2>&1; local r=$?
+  echo "exit $r" >> "$log"
+  return $r
+}
+
+# ---------------------------------------------------------------- bench (alone on the GPU)
+if want bench; then
+  say "bench"
+  mkdir -p "$OUT/bench"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/bench/gpu.txt" 2>&1
+  build/gpu-codec/gpu_codec_bench --out "$OUT/bench" --iters 15 --command "scripts/gpu_session.sh (bench)" \
+    > "$OUT/bench/gpu_codec.log" 2>&1 || rc=1
+  grep -E "prefill_encode|decode_fp16|copy|append .* 64 " "$OUT/bench/gpu_codec.log" | head -20 | tee -a "$SUMMARY"
+  build_attn/bench_attention --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
+  grep -E "^(fp16_baseline|k4v2_g128 |read_ceiling)" "$OUT/bench/attention.log" | head -30 | tee -a "$SUMMARY"
+  PYTHONUNBUFFERED=1 timeout 120 python3 bench/device/sdpa_bench.py --json "$OUT/bench/sdpa.json" --iters 50 \
+    > "$OUT/bench/sdpa.log" 2>&1 || say "sdpa failed (see bench/sdpa.log)"
+  say "bench done"
+fi
+
+# ---------------------------------------------------------------- profile
+if want profile; then
+  say "profile"
+  mkdir -p "$OUT/profile"
+  SEC="--section SpeedOfLight --section SchedulerStats --section WarpStateStats --section InstructionStats --section Occupancy --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
+  timeout 120 "$NCU" --kernel-name regex:prefill_kernel --launch-count 2 $SEC --section SourceCounters \
+    build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_prefill.txt" 2>&1
+  timeout 60 "$NCU" --kernel-name regex:decode_pages_kernel --launch-count 2 $SEC \
+    build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_decode.txt" 2>&1
+  K='quant_decode_kernelINS_11tile_configILi128ELi128ELi4ELi2EEENS_10fp8_scalesENS_6half_tELi8ELi2EEE'
+  timeout 90 "$NCU" --kernel-name "regex:$K" --launch-skip 170 --launch-count 1 $SEC --section SourceCounters \
+    build_attn/bench_attention --iters 50 > "$OUT/profile/ncu_attention.txt" 2>&1
+  say "profile done"
+fi
+
+# ---------------------------------------------------------------- test
+if want test; then
+  say "test"
+  mkdir -p "$OUT/test"
+  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache; do
+    run_logged "$OUT/test/$n.log" build/gpu-codec/$n || rc=1
+    say "$n: $(grep -E 'passed|failed|mismatch' "$OUT/test/$n.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$n.log"))"
+  done
+  run_logged "$OUT/test/attention.log" build_attn/attention || rc=1
+  say "attention: $(grep -E 'passed' "$OUT/test/attention.log" | tail -n 1) ($(tail -n 1 "$OUT/test/attention.log"))"
+  run_logged "$OUT/test/example.log" build_attn/paged_decode || rc=1
+  say "example: $(tail -n 1 "$OUT/test/example.log")"
+  spids=()
+  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
+    run_logged "$OUT/test/$t.log" build_attn/$t & spids+=($!)
+  done
+  run_logged "$OUT/test/numeric.log" build/gpu/numeric & spids+=($!)
+  for p in "${spids[@]}"; do wait "$p" || rc=1; done
+  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 numeric; do
+    say "$t: $(grep -E 'passed' "$OUT/test/$t.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$t.log"))"
+  done
+  grep -h -A20 "error vs unquantized" "$OUT"/test/attention_*.log | grep -E "max rel err|error vs" >> "$SUMMARY"
+fi
+
+# ---------------------------------------------------------------- soak
+if want soak; then
+  say "soak"
+  mkdir -p "$OUT/soak"
+  run_logged "$OUT/soak/soak.log" timeout 300 build/gpu/soak || rc=1
+  tail -n 25 "$OUT/soak/soak.log" >> "$SUMMARY"
+fi
+
+# ---------------------------------------------------------------- eval
+if want eval; then
+  say "eval"
+  mkdir -p "$OUT/eval"
+  OUT=$OUT/eval timeout 300 tools/kvtile-eval/cuda/run_gpu_check.sh --no-build > "$OUT/eval/run_gpu_check.log" 2>&1 || rc=1
+  tail -n 12 "$OUT/eval/run_gpu_check.log" >> "$SUMMARY"
+fi
+
+# ---------------------------------------------------------------- sanitize
+if want sanitize; then
+  say "sanitize"
+  mkdir -p "$OUT/sanitize"
+  san() {  # san <tool> <binary> [args...]
+    local tool=$1 bin=$2; shift 2
+    local log="$OUT/sanitize/${tool}_$(basename "$bin")$(echo "$*" | tr -c 'a-z0-9\n' '_' | tr -d '\n').log"
+    local left=$(( ${BUDGET:-590} - (SECONDS - T0) - 20 ))
+    (( left > ${SAN_TIMEOUT:-240} )) && left=${SAN_TIMEOUT:-240}
+    timeout $left "$CS" --tool "$tool" --error-exitcode 9 "$bin" "$@" > "$log" 2>&1
+    echo "exit $?" >> "$log"
+  }
+  spids=()
+  throttle() { while (( $(jobs -rp | wc -l) >= ${SAN_JOBS:-12} )); do wait -n; done; }
+  C=build/gpu-codec A=build_attn
+  for tool in memcheck racecheck initcheck synccheck; do
+    throttle
+    san $tool $C/block_codec_d64 --tiles 1 & spids+=($!)
+    throttle
+    san $tool $C/block_codec_d128 --tiles 1 & spids+=($!)
+    throttle
+    san $tool $C/block_codec_d256 --tiles 1 & spids+=($!)
+    throttle
+    san $tool $C/paged_cache --quick & spids+=($!)
+    throttle
+    san $tool $A/attention --small & spids+=($!)
+    throttle
+    san $tool build/gpu/soak --small & spids+=($!)
+    throttle
+    san $tool build/gpu/numeric --host-stride 4096 & spids+=($!)
+  done
+  throttle
+  san memcheck $C/block_codec_d128 --quick & spids+=($!)
+  for t in attention_fp8_d128 attention_fp16s_d64 attention_fp8_d256; do
+    throttle
+    san memcheck $A/$t & spids+=($!)
+    throttle
+    san initcheck $A/$t & spids+=($!)
+  done
+  for p in "${spids[@]}"; do wait "$p"; done
+  for f in "$OUT"/sanitize/*.log; do
+    s=$(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$f" | tail -n 1)
+    e=$(tail -n 1 "$f")
+    printf '%-60s %-45s %s\n' "$(basename "$f" .log)" "${s:-no summary}" "$e" | tee -a "$SUMMARY"
+    [ "$e" = "exit 0" ] || rc=1
+  done
+fi
+
+say "done rc=$rc"
+tar -C "$OUT" -czf /tmp/logs.tar.gz --exclude=logs.tar.gz . && mv /tmp/logs.tar.gz "$OUT/logs.tar.gz"
+for d in "$OUT"/*/; do rm -rf "$d"; done
+exit $rc
