@@ -65,6 +65,11 @@ if want build; then
     nv build_attn/$t tests/device/$t.cu > "$OUT/build/$t.log" 2>&1 & pids+=($!)
   done
   nv build_attn/bench_attention bench/device/attention.cu > "$OUT/build/bench_attention.log" 2>&1 & pids+=($!)
+  # ATTN_VARIANTS="name:-DFLAG=1,-DOTHER=2 ...": extra attention benchmarks, run after the main one
+  for v in ${ATTN_VARIANTS:-}; do
+    nv build_attn/bench_attention_${v%%:*} bench/device/attention.cu $(echo "${v#*:}" | tr ',' ' ') \
+      > "$OUT/build/bench_attention_${v%%:*}.log" 2>&1 & pids+=($!)
+  done
   nv build_attn/paged_decode examples/paged_decode/main.cu > "$OUT/build/paged_decode.log" 2>&1 & pids+=($!)
   nv build/gpu/soak tests/device/soak.cu > "$OUT/build/soak.log" 2>&1 & pids+=($!)
   nv build/gpu/numeric tests/device/numeric.cu > "$OUT/build/numeric.log" 2>&1 & pids+=($!)
@@ -91,6 +96,12 @@ if want bench; then
   grep -E "prefill_encode|decode_fp16|copy|append .* 64 " "$OUT/bench/gpu_codec.log" | head -20 | tee -a "$SUMMARY"
   build_attn/bench_attention --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
   grep -E "^(fp16_baseline|k4v2_g128 |read_ceiling)" "$OUT/bench/attention.log" | head -30 | tee -a "$SUMMARY"
+  for v in ${ATTN_VARIANTS:-}; do
+    n=${v%%:*}
+    build_attn/bench_attention_$n --json "$OUT/bench/attention_$n.json" --iters 50 > "$OUT/bench/attention_$n.log" 2>&1 || rc=1
+    echo "variant $n (${v#*:}):" >> "$SUMMARY"
+    grep -E "^(fp16_baseline|k4v2_g128 )" "$OUT/bench/attention_$n.log" | head -14 >> "$SUMMARY"
+  done
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/device/sdpa_bench.py --json "$OUT/bench/sdpa.json" --iters 50 \
     > "$OUT/bench/sdpa.log" 2>&1 || say "sdpa failed (see bench/sdpa.log)"
   say "bench done"
@@ -105,8 +116,9 @@ if want profile; then
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_prefill.txt" 2>&1
   timeout 60 "$NCU" --kernel-name regex:decode_pages_kernel --launch-count 2 $SEC \
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_decode.txt" 2>&1
-  K='quant_decode_kernelINS_11tile_configILi128ELi128ELi4ELi2EEENS_10fp8_scalesENS_6half_tELi8ELi2EEE'
-  timeout 90 "$NCU" --kernel-name "regex:$K" --launch-skip 170 --launch-count 1 $SEC --section SourceCounters \
+  # k4v2_g128 fp8 D=128 at the 4th shape (16, 32, 8, 128, 64K): ~51 launches per earlier shape
+  timeout 90 "$NCU" --kernel-name-base demangled --kernel-name "regex:quant_decode_kernel<.*128, 128, 4, 2>, .*fp8_scales" \
+    --launch-skip 170 --launch-count 1 $SEC --section SourceCounters \
     build_attn/bench_attention --iters 50 > "$OUT/profile/ncu_attention.txt" 2>&1
   say "profile done"
 fi
@@ -132,7 +144,7 @@ if want test; then
   for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 numeric; do
     say "$t: $(grep -E 'passed' "$OUT/test/$t.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$t.log"))"
   done
-  grep -h -A20 "error vs unquantized" "$OUT"/test/attention_*.log | grep -E "max rel err|error vs" >> "$SUMMARY"
+  grep -h -A20 "error vs unquantized" "$OUT"/test/attention_*.log | grep -E "rel err vs|error vs" >> "$SUMMARY"
 fi
 
 # ---------------------------------------------------------------- soak
