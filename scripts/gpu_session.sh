@@ -196,11 +196,11 @@ if want sanitize; then
   done
   throttle
   san memcheck $C/block_codec_d128 --quick & spids+=($!)
-  for t in attention_fp8_d128 attention_fp16s_d64 attention_fp8_d256; do
-    throttle
-    san memcheck $A/$t & spids+=($!)
-    throttle
-    san initcheck $A/$t & spids+=($!)
+  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
+    for tool in memcheck racecheck initcheck synccheck; do
+      throttle
+      san $tool $A/$t --small & spids+=($!)
+    done
   done
   for p in "${spids[@]}"; do wait "$p"; done
   for f in "$OUT"/sanitize/*.log; do

@@ -4,4 +4,4 @@
 // host codec (tests/device/attention_common.cuh, attention_sweep.cuh).
 #include "attention_sweep.cuh"
 
-int main() { return attn_test::sweep_main<256, kvtile::fp8_scales>("fp8_scales"); }
+int main(int argc, char** argv) { return attn_test::sweep_main<256, kvtile::fp8_scales>("fp8_scales", argc, argv); }

@@ -12,7 +12,9 @@
 // random permutation of the page pool, and a second run with another
 // permutation must give the same per-(sequence, tile) records. Finally every
 // used page is decoded on the device (rotated and original frames) and
-// compared bit for bit with the host decode.
+// compared bit for bit with the host decode (also with page ids out of range,
+// which must be skipped). Half of the append steps replay one captured CUDA
+// graph. Rotations covered: hadamard, randomized_hadamard, identity (kivi).
 // Exit 0 pass, 1 fail, 77 no device. --quick: small sizes (compute-sanitizer).
 #include "gpu_codec_common.cuh"
 
@@ -144,6 +146,22 @@ void gen_tokens(std::mt19937_64& rng, std::vector<T>& out, bool nonfinite) {
   if (nonfinite) out[rng() % out.size()] = T(NAN);
 }
 
+// One decode step of a replayed CUDA graph: copies step *counter's tokens and
+// lengths from the per-step arrays into the fixed buffers the captured
+// launch_append reads, then advances the counter (one block).
+template <class T>
+__global__ void next_step_kernel(int* counter, const T* all_k, const T* all_v, const std::int32_t* all_lens, T* k, T* v,
+                                 std::int32_t* lens, int n, int S) {
+  const int step = *counter;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    k[i] = all_k[static_cast<std::size_t>(step) * n + i];
+    v[i] = all_v[static_cast<std::size_t>(step) * n + i];
+  }
+  for (int i = threadIdx.x; i < S; i += blockDim.x) lens[i] = all_lens[static_cast<std::size_t>(step) * S + i];
+  __syncthreads();
+  if (threadIdx.x == 0) *counter = step + 1;
+}
+
 template <class Codec, class T>
 std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink, std::uint64_t seed,
                                         std::uint64_t perm_seed, long& tiles_checked) {
@@ -181,11 +199,16 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
   for (int s = 0; s < S; ++s) n[s] = s < 7 ? shapes[s] : static_cast<int>(rng() % (5 * G / 2));
   if (g_quick) for (int s = 0; s < S; ++s) n[s] = std::min(n[s], G + 3);
   prefill(n, "prefill");
-  // Phase B: appends.
+  // Phase B: appends, the first half launched directly, the second half as
+  // replays of one captured CUDA graph (global capture mode, as engines use):
+  // [next_step_kernel, launch_append]; every replay completes tiles of some
+  // sequences.
   const int steps = g_quick ? 4 : G + 10;
-  std::vector<T> k(static_cast<std::size_t>(S) * H * D), v(k.size());
+  const int direct = steps / 2, replays = steps - direct;
+  const std::size_t n_tok = static_cast<std::size_t>(S) * H * D;
+  std::vector<T> k(n_tok), v(n_tok);
   kvtest::dbuf<T> dk(k.size()), dv(v.size());
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < direct; ++step) {
     gen_tokens(rng, k, step == 3);
     gen_tokens(rng, v, false);
     for (int s = 0; s < S; ++s) m.append(s, &k[static_cast<std::size_t>(s) * H * D], &v[static_cast<std::size_t>(s) * H * D]);
@@ -195,7 +218,45 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
     const kvtile::status st = kvtile::device::launch_append<Codec, T>(dc.view, dk.p, dv.p, dc.flags.p);
     if (st != kvtile::status::success) expect(false, "launch_append returns success", cfg);
   }
-  dc.compare(m, "append", cfg);
+  {
+    std::vector<T> all_k(n_tok * replays), all_v(all_k.size());
+    std::vector<std::int32_t> all_lens(static_cast<std::size_t>(S) * replays);
+    for (int r = 0; r < replays; ++r) {
+      gen_tokens(rng, k, r == 1);
+      gen_tokens(rng, v, false);
+      for (int s = 0; s < S; ++s)
+        m.append(s, &k[static_cast<std::size_t>(s) * H * D], &v[static_cast<std::size_t>(s) * H * D]);
+      std::copy(k.begin(), k.end(), all_k.begin() + static_cast<std::ptrdiff_t>(r * n_tok));
+      std::copy(v.begin(), v.end(), all_v.begin() + static_cast<std::ptrdiff_t>(r * n_tok));
+      std::copy(m.lens.begin(), m.lens.end(), all_lens.begin() + static_cast<std::ptrdiff_t>(r) * S);
+    }
+    kvtest::dbuf<T> dak(all_k.size()), dav(all_v.size());
+    kvtest::dbuf<std::int32_t> dal(all_lens.size()), counter(1);
+    dak.up(all_k);
+    dav.up(all_v);
+    dal.up(all_lens);
+    counter.up(std::vector<std::int32_t>{0});
+    cudaStream_t stream;
+    KVT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    KVT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    next_step_kernel<T><<<1, 256, 0, stream>>>(counter.p, dak.p, dav.p, dal.p, dk.p, dv.p, dc.lens.p,
+                                                static_cast<int>(n_tok), S);
+    const kvtile::status st = kvtile::device::launch_append<Codec, T>(dc.view, dk.p, dv.p, dc.flags.p, stream);
+    const cudaError_t ce = cudaStreamEndCapture(stream, &graph);
+    expect(st == kvtile::status::success && ce == cudaSuccess, "launch_append is capturable in a CUDA graph", cfg);
+    if (st == kvtile::status::success && ce == cudaSuccess) {
+      KVT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int r = 0; r < replays; ++r) KVT_CUDA(cudaGraphLaunch(exec, stream));
+      KVT_CUDA(cudaStreamSynchronize(stream));
+      KVT_CUDA(cudaGraphExecDestroy(exec));
+    }
+    if (graph) KVT_CUDA(cudaGraphDestroy(graph));
+    (void)cudaGetLastError();
+    KVT_CUDA(cudaStreamDestroy(stream));
+  }
+  dc.compare(m, "append (direct + CUDA graph replays)", cfg);
   // Phase C: chunked prefill starting mid-tile.
   for (int s = 0; s < S; ++s) {
     const int room = maxp * G - m.lens[s];
@@ -253,6 +314,26 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
       expect(bad.load() == 0, buf, cfg);
     }
   }
+  // Page ids outside [0, num_pages) are skipped: their outputs stay untouched.
+  {
+    const std::vector<std::int32_t> bad_ids = {-1, m.npages, m.table[0]};
+    kvtest::dbuf<std::int32_t> dids(bad_ids.size());
+    dids.up(bad_ids);
+    const std::size_t per = static_cast<std::size_t>(H) * G * D;
+    std::vector<half_t> poison(per * bad_ids.size(), half_t::from_bits(0x7e00));
+    kvtest::dbuf<half_t> ok_(poison.size()), ov(poison.size());
+    ok_.up(poison);
+    ov.up(poison);
+    const kvtile::status st =
+        kvtile::device::launch_decode_pages<Codec>(dc.view, dids.p, static_cast<int>(bad_ids.size()), ok_.p, ov.p);
+    expect(st == kvtile::status::success, "launch_decode_pages with out-of-range ids returns success", cfg);
+    KVT_CUDA(cudaDeviceSynchronize());
+    std::vector<half_t> gk = ok_.down(), gv = ov.down();
+    bool untouched = true, written = false;
+    for (std::size_t e = 0; e < 2 * per; ++e) untouched &= gk[e].bits() == 0x7e00 && gv[e].bits() == 0x7e00;
+    for (std::size_t e = 2 * per; e < 3 * per; ++e) written |= gk[e].bits() != 0x7e00;
+    expect(untouched && written, "decode_pages skips page ids outside [0, num_pages) and decodes the valid one", cfg);
+  }
   tiles_checked += static_cast<long>(cnt) * H;
   long toks = 0;
   for (int s = 0; s < S; ++s) toks += m.lens[s];
@@ -283,6 +364,10 @@ int main(int argc, char** argv) {
   if (!g_quick) {
     run_config<k2v2_g128<128>, half_t>("k2v2_g128<128> f16 in, sink", S, H, true, 3, tiles);
     run_config<k8v8_g128<256>, half_t>("k8v8_g128<256> f16 in, no sink", 8, 2, false, 4, tiles);
+    using rh = kvtile::tile_codec<kvtile::tile_config<128, 64, 4, 2>, kvtile::randomized_hadamard<7>, kvtile::sinkhorn<8>,
+                                  kvtile::rtn<>, kvtile::fp8_scales>;
+    run_config<rh, kvtile::bfloat16_t>("randomized_hadamard k4v2_g64<128> bf16 in", 8, 3, false, 5, tiles);
+    run_config<kivi<128, 32>, half_t>("kivi<128, G=32> (identity) f16 in, sink", 8, 2, true, 6, tiles);
   }
   // Host-side validation returns statuses before launch.
   {
