@@ -98,7 +98,7 @@ if want bench; then
   grep -E "^(fp16_baseline|k4v2_g128 |read_ceiling)" "$OUT/bench/attention.log" | head -30 | tee -a "$SUMMARY"
   for v in ${ATTN_VARIANTS:-}; do
     n=${v%%:*}
-    build_attn/bench_attention_$n --json "$OUT/bench/attention_$n.json" --iters 50 > "$OUT/bench/attention_$n.log" 2>&1 || rc=1
+    build_attn/bench_attention_$n --quick --json "$OUT/bench/attention_$n.json" --iters 50 > "$OUT/bench/attention_$n.log" 2>&1 || rc=1
     echo "variant $n (${v#*:}):" >> "$SUMMARY"
     grep -E "^(fp16_baseline|k4v2_g128 )" "$OUT/bench/attention_$n.log" | head -14 >> "$SUMMARY"
   done

@@ -4,7 +4,7 @@
 // number is the median of N >= 50 CUDA-event timings of one decode step (both
 // kernels: attention + split merge).
 //
-// Usage: attention [--json FILE] [--iters N]
+// Usage: attention [--json FILE] [--iters N] [--quick]   (--quick: fp16 baseline and k4v2_g128 only)
 // The quantized caches are filled from a pool of 64 records encoded on the host
 // from random data (real records, replicated over the pages in a random page
 // order); the fp16 caches hold random values.
@@ -332,7 +332,9 @@ int main(int argc, char** argv) {
     return 77;
   }
   const char* json = nullptr;
+  bool quick = false;  // --quick: fp16 baseline and k4v2_g128 only (compile-time variant comparisons)
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(50, std::atoi(argv[++i]));
   }
@@ -361,6 +363,7 @@ int main(int argc, char** argv) {
   for (const shape& s : shapes) {
     const double f = fp16_baseline(s);
     quant_run<k4v2_g128<128>>("k4v2_g128", s, f);
+    if (quick) continue;
     quant_run<k4v4_g128<128>>("k4v4_g128", s, f);
     quant_run<k2v2_g128<128>>("k2v2_g128", s, f);
     quant_run<k4v2_g128<128, fp16_scales>>("k4v2_g128_fp16s", s, f);
