@@ -22,7 +22,10 @@
 # Logs: $OUT/<stage>/... ; at the end everything is packed into
 # $OUT/logs.tar.gz (the device tool returns at most 8 files) and
 # $OUT/summary.txt. DEADLINE (seconds, default 560) skips stages that would
-# start after it. Exit status: 0 when every stage run passed.
+# start after it. FILTER (an extended regex, default: everything) limits every
+# stage to the binaries whose path matches it (e.g. FILTER=attn for the
+# attention kernels only); the eval and soak stages match "kvtile-eval" and
+# "soak". Exit status: 0 when every stage run passed.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu-session}
@@ -45,8 +48,10 @@ fresh() {  # fresh <binary> <source>: binary exists and is newer than the source
   [ -x "$1" ] && [ "$1" -nt "$2" ] &&
     [ -z "$(find include tests/device bench/device examples -newer "$1" \( -name '*.cuh' -o -name '*.hpp' \) 2>/dev/null | head -1)" ]
 }
+sel() { [[ $1 =~ ${FILTER:-.} ]]; }
 nv() {  # nv <binary> <source> [extra flags]
   local b=$1 s=$2; shift 2
+  sel "$b" || return 0
   if [ -z "${REBUILD:-}" ] && fresh "$b" "$s"; then echo "up to date: $b"; return 0; fi
   local t=$SECONDS
   $NVCC $FLAGS "$@" -o "$b" "$s" > "$b.buildlog" 2>&1; local r=$?
@@ -73,14 +78,17 @@ if want build; then
   nv build_attn/paged_decode examples/paged_decode/main.cu > "$OUT/build/paged_decode.log" 2>&1 & pids+=($!)
   nv build/gpu/soak tests/device/soak.cu > "$OUT/build/soak.log" 2>&1 & pids+=($!)
   nv build/gpu/numeric tests/device/numeric.cu > "$OUT/build/numeric.log" 2>&1 & pids+=($!)
-  (JOBS=3 OUT=$OUT/build tools/kvtile-eval/cuda/run_gpu_check.sh --build-only) > "$OUT/build/kvtile-eval.log" 2>&1 & pids+=($!)
+  if sel kvtile-eval; then
+    (JOBS=3 OUT=$OUT/build tools/kvtile-eval/cuda/run_gpu_check.sh --build-only) > "$OUT/build/kvtile-eval.log" 2>&1 & pids+=($!)
+  fi
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   cat "$OUT"/build/*.log | grep -E "^built|FAILED|error" | tee -a "$SUMMARY"
   say "build done rc=$rc"
 fi
 
-run_logged() {  # run_logged <log> <cmd...>: appends "exit N"
+run_logged() {  # run_logged <log> <cmd...>: appends "exit N" (skipped unless the binary matches FILTER)
   local log=$1; shift
+  sel "$1" || { echo "skipped (FILTER)" > "$log"; echo "exit 0" >> "$log"; return 0; }
   "$@" > "$log" 2>&1; local r=$?
   echo "exit $r" >> "$log"
   return $r
@@ -91,10 +99,14 @@ if want bench; then
   say "bench"
   mkdir -p "$OUT/bench"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/bench/gpu.txt" 2>&1
-  build/gpu-codec/gpu_codec_bench --out "$OUT/bench" --iters 15 --command "scripts/gpu_session.sh (bench)" \
-    > "$OUT/bench/gpu_codec.log" 2>&1 || rc=1
+  if sel build/gpu-codec/gpu_codec_bench; then
+    build/gpu-codec/gpu_codec_bench --out "$OUT/bench" --iters 15 --command "scripts/gpu_session.sh (bench)" \
+      > "$OUT/bench/gpu_codec.log" 2>&1 || rc=1
+  fi
   grep -E "prefill_encode|decode_fp16|copy|append .* 64 " "$OUT/bench/gpu_codec.log" | head -20 | tee -a "$SUMMARY"
-  build_attn/bench_attention --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
+  if sel build_attn/bench_attention; then
+    build_attn/bench_attention --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
+  fi
   grep -E "^(fp16_baseline|k4v2_g128 |read_ceiling)" "$OUT/bench/attention.log" | head -30 | tee -a "$SUMMARY"
   for v in ${ATTN_VARIANTS:-}; do
     n=${v%%:*}
@@ -102,7 +114,7 @@ if want bench; then
     echo "variant $n (${v#*:}):" >> "$SUMMARY"
     grep -E "^(fp16_baseline|k4v2_g128 )" "$OUT/bench/attention_$n.log" | head -14 >> "$SUMMARY"
   done
-  PYTHONUNBUFFERED=1 timeout 120 python3 bench/device/sdpa_bench.py --json "$OUT/bench/sdpa.json" --iters 50 \
+  sel sdpa && PYTHONUNBUFFERED=1 timeout 120 python3 bench/device/sdpa_bench.py --json "$OUT/bench/sdpa.json" --iters 50 \
     > "$OUT/bench/sdpa.log" 2>&1 || say "sdpa failed (see bench/sdpa.log)"
   say "bench done"
 fi
@@ -112,14 +124,27 @@ if want profile; then
   say "profile"
   mkdir -p "$OUT/profile"
   SEC="--section SpeedOfLight --section SchedulerStats --section WarpStateStats --section InstructionStats --section Occupancy --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
-  timeout 120 "$NCU" --kernel-name regex:prefill_kernel --launch-count 2 $SEC --section SourceCounters \
+  sel build/gpu-codec/gpu_codec_bench && timeout 120 "$NCU" --kernel-name regex:prefill_kernel --launch-count 2 $SEC --section SourceCounters \
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_prefill.txt" 2>&1
-  timeout 60 "$NCU" --kernel-name regex:decode_pages_kernel --launch-count 2 $SEC \
+  sel build/gpu-codec/gpu_codec_bench && timeout 60 "$NCU" --kernel-name regex:decode_pages_kernel --launch-count 2 $SEC \
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_decode.txt" 2>&1
   # k4v2_g128 fp8 D=128 at the 4th shape (16, 32, 8, 128, 64K): ~51 launches per earlier shape
-  timeout 90 "$NCU" --kernel-name-base demangled --kernel-name "regex:quant_decode_kernel<.*128, 128, 4, 2>, .*fp8_scales" \
-    --launch-skip 170 --launch-count 1 $SEC --section SourceCounters \
-    build_attn/bench_attention --iters 50 > "$OUT/profile/ncu_attention.txt" 2>&1
+  # (demangled names read "tile_config<(int)128, (int)128, (int)4, (int)2>, kvtile::fp8_scales")
+  for b in ${PROFILE_ATTN_BINS:-bench_attention}; do
+    sel build_attn/$b && timeout 90 "$NCU" --kernel-name-base demangled \
+      --kernel-name "regex:quant_decode_kernel<kvtile::tile_config<.int.128, .int.128, .int.4, .int.2>, kvtile::fp8_scales" \
+      --launch-skip 170 --launch-count 1 $SEC --section SourceCounters --section WarpStateStats \
+      build_attn/$b --iters 50 > "$OUT/profile/ncu_$b.txt" 2>&1
+  done
+  if sel build_attn/bench_attention && command -v cuobjdump >/dev/null; then
+    # SASS of the k4v2_g128 fp8 D=128 attention kernel(s) and an opcode histogram
+    cuobjdump -sass build_attn/bench_attention 2>/dev/null |
+      awk '/Function :/ {on = ($0 ~ /quant_decode_kernel/ && $0 ~ /tile_configILi128ELi128ELi4ELi2EE/ && $0 ~ /fp8_scales/)} on' \
+      > "$OUT/profile/k4v2_d128.sass"
+    grep -c "Function :" "$OUT/profile/k4v2_d128.sass" | sed 's/^/k4v2 D128 fp8 attention kernels: /' >> "$SUMMARY"
+    grep -oE '^\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?[A-Z0-9_.]+' "$OUT/profile/k4v2_d128.sass" | awk '{print $NF}' | sed 's/\..*//' |
+      sort | uniq -c | sort -rn | head -40 > "$OUT/profile/k4v2_d128_opcodes.txt"
+  fi
   say "profile done"
 fi
 
@@ -148,7 +173,7 @@ if want test; then
 fi
 
 # ---------------------------------------------------------------- soak
-if want soak; then
+if want soak && sel build/gpu/soak; then
   say "soak"
   mkdir -p "$OUT/soak"
   run_logged "$OUT/soak/soak.log" timeout 300 build/gpu/soak || rc=1
@@ -156,7 +181,7 @@ if want soak; then
 fi
 
 # ---------------------------------------------------------------- eval
-if want eval; then
+if want eval && sel kvtile-eval; then
   say "eval"
   mkdir -p "$OUT/eval"
   OUT=$OUT/eval timeout 300 tools/kvtile-eval/cuda/run_gpu_check.sh --no-build > "$OUT/eval/run_gpu_check.log" 2>&1 || rc=1
@@ -169,6 +194,7 @@ if want sanitize; then
   mkdir -p "$OUT/sanitize"
   san() {  # san <tool> <binary> [args...]
     local tool=$1 bin=$2; shift 2
+    sel "$bin" || return 0
     local log="$OUT/sanitize/${tool}_$(basename "$bin")$(echo "$*" | tr -c 'a-z0-9\n' '_' | tr -d '\n').log"
     local left=$(( ${BUDGET:-590} - (SECONDS - T0) - 20 ))
     (( left > ${SAN_TIMEOUT:-240} )) && left=${SAN_TIMEOUT:-240}

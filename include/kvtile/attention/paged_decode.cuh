@@ -85,12 +85,17 @@ struct kernel_params {
 // Shared-memory plan of a decode CTA.
 // W warps share R rings of Stages stages (W / R warps per ring, each taking
 // part of every tile); each stage has a "full" and an "empty" mbarrier.
-template <int D, int W, int Stages, std::size_t StageBytes, int R = W>
+// KeepQn: the fp32 query rows stay live next to the fragments (the quantized
+// kernel's per-tile q a path); otherwise the fragments overwrite them once made.
+template <int D, int W, int Stages, std::size_t StageBytes, int R = W, bool KeepQn = false>
 struct smem_plan {
   static constexpr int q_stride = D + 16;  // floats; keeps the 16-byte query reads conflict-free
   static constexpr std::size_t qn = 0;
   static constexpr std::size_t nf = qn + sizeof(float) * max_group * q_stride;
-  static constexpr std::size_t bars = nf + sizeof(float) * max_group;
+  // qf: the query as QK B-operand fragments, fp16 hi and lo (qf_index below).
+  static constexpr std::size_t qf = KeepQn ? (nf + sizeof(float) * max_group + 15) / 16 * 16 : qn;
+  static constexpr std::size_t bars = KeepQn ? qf + sizeof(std::uint32_t) * 4 * max_group * D / 4
+                                             : nf + sizeof(float) * max_group;
   static constexpr std::size_t stages = (bars + 2 * 8 * R * Stages + 127) / 128 * 128;
   static constexpr std::size_t stage_bytes = (StageBytes + 127) / 128 * 128;
   static constexpr std::size_t bytes = stages + stage_bytes * R * Stages;
@@ -109,11 +114,60 @@ constexpr int warps_for() {
   return w >= 8 ? 8 : (w < 1 ? 1 : static_cast<int>(w));
 }
 
+// The QK B operand (the scaled query) is split into fp16 hi + lo parts and run
+// as two MMAs: one fp16 rounding of the query costs ~2^-12 relative per score,
+// which at realistic score ranges is ~1e-3 in the output (measured); hi + lo
+// brings it to ~2^-22. The tensor cores have the headroom (docs/attention.md).
+#ifndef KVTILE_ATTENTION_SPLIT_QUERY
+#define KVTILE_ATTENTION_SPLIT_QUERY 1
+#endif
+inline constexpr bool split_query = KVTILE_ATTENTION_SPLIT_QUERY != 0;
+
+// fp8_scales keys: fold the E4M3 per-channel key scale into the code -> fp16
+// conversion (exact, see pair_convert_scaled) instead of into the query, so the
+// QK B operands are the query's hi/lo fragments made once per CTA, and compute
+// beta = sum q z_K with two more MMAs per k-step instead of fp32 FMAs and
+// shuffles. -DKVTILE_ATTENTION_FOLD_KEY_SCALE=0: the previous per-tile q a split.
+#ifndef KVTILE_ATTENTION_FOLD_KEY_SCALE
+#define KVTILE_ATTENTION_FOLD_KEY_SCALE 1
+#endif
+inline constexpr bool fold_key_scale = KVTILE_ATTENTION_FOLD_KEY_SCALE != 0;
+// Whether the quantized kernel reads the fp32 query rows per tile (not the fold path).
+template <class Packer>
+constexpr bool keep_qn() {
+  return !(std::is_same_v<Packer, fp8_scales> && fold_key_scale);
+}
+
+// Experimental, NOT measured on a GPU yet (docs/attention.md, next steps):
+// -DKVTILE_ATTENTION_QK_UNROLL=n unrolls the quantized QK loop over 16-channel
+// k-steps n times instead of fully (n = 2 shrinks the k4v2 D128 kernel's code
+// from 90 KB to 79 KB; the results are the same, the MMAs accumulate in the
+// same order). Default: fully unrolled, the measured configuration.
+#ifdef KVTILE_ATTENTION_QK_UNROLL
+inline constexpr int qk_unroll = KVTILE_ATTENTION_QK_UNROLL;
+#endif
+
+KVTILE_DEVICE void split_b(float x0, float x1, float x2, float x3, std::uint32_t (&b)[4]) {
+  b[0] = pack_half2(x0, x1);
+  b[1] = pack_half2(x2, x3);
+  if constexpr (split_query) {
+    float h0, h1, h2, h3;
+    half2_to_float2(b[0], h0, h1);
+    half2_to_float2(b[1], h2, h3);
+    b[2] = pack_half2(x0 - h0, x1 - h1);
+    b[3] = pack_half2(x2 - h2, x3 - h3);
+  }
+}
+
+// Index of the uint4 fragment of query row r, k-step kk, lane t%4 (channels
+// 16 kk + 4 t .. + 3): a warp's 16-byte reads of one k-step are contiguous.
+KVTILE_DEVICE constexpr int qf_index(int kk, int r, int t) { return (kk * max_group + r) * 4 + t; }
+
 // Rotates (FWHT), scales and normalizes the CTA's query rows into shared memory:
 // qn[row][d] = (q H)[d] * scale * log2(e) / nf[row], nf[row] a power of two with
 // max |qn[row]| in [1, 2). Rows past the group are zero.
-template <class QT, int D, int W, bool Rotate>
-KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg, float* qn, float* nf) {
+template <class QT, int D, int W, bool Rotate, bool KeepQn>
+KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg, float* qn, float* nf, uint4* qf) {
   constexpr int q_stride = D + 16;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int row = warp; row < max_group; row += W) {
@@ -148,36 +202,35 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
     for (int d = lane; d < D; d += 32) v[d] = ldexpf(v[d], -k);
     if (lane == 0) nf[row] = ldexpf(1.0f, k);
     __syncwarp();
+    // The row's QK B fragments (fp16 hi, lo of 4 channels per (k-step, t)), made once per CTA.
+    for (int u = lane; KeepQn && u < D / 4; u += 32) {
+      const float4 x = *reinterpret_cast<const float4*>(v + 4 * u);
+      std::uint32_t b[4] = {0u, 0u, 0u, 0u};
+      split_b(x.x, x.y, x.z, x.w, b);
+      qf[qf_index(u / 4, row, u % 4)] = make_uint4(b[0], b[1], b[2], b[3]);
+    }
   }
-}
-
-// The QK B operand (the scaled query) is split into fp16 hi + lo parts and run
-// as two MMAs: one fp16 rounding of the query costs ~2^-12 relative per score,
-// which at realistic score ranges is ~1e-3 in the output (measured); hi + lo
-// brings it to ~2^-22. The tensor cores have the headroom (docs/attention.md).
-#ifndef KVTILE_ATTENTION_SPLIT_QUERY
-#define KVTILE_ATTENTION_SPLIT_QUERY 1
-#endif
-inline constexpr bool split_query = KVTILE_ATTENTION_SPLIT_QUERY != 0;
-
-// Experimental, NOT measured on a GPU yet (docs/attention.md, next steps):
-// -DKVTILE_ATTENTION_QK_UNROLL=n unrolls the quantized QK loop over 16-channel
-// k-steps n times instead of fully (n = 2 shrinks the k4v2 D128 kernel's code
-// from 90 KB to 79 KB; the results are the same, the MMAs accumulate in the
-// same order). Default: fully unrolled, the measured configuration.
-#ifdef KVTILE_ATTENTION_QK_UNROLL
-inline constexpr int qk_unroll = KVTILE_ATTENTION_QK_UNROLL;
-#endif
-
-KVTILE_DEVICE void split_b(float x0, float x1, float x2, float x3, std::uint32_t (&b)[4]) {
-  b[0] = pack_half2(x0, x1);
-  b[1] = pack_half2(x2, x3);
-  if constexpr (split_query) {
-    float h0, h1, h2, h3;
-    half2_to_float2(b[0], h0, h1);
-    half2_to_float2(b[1], h2, h3);
-    b[2] = pack_half2(x0 - h0, x1 - h1);
-    b[3] = pack_half2(x2 - h2, x3 - h3);
+  if constexpr (!KeepQn) {  // qf overlays qn: read every row, then write the fragments
+    constexpr int units = max_group * D / 4, per = (units + W * 32 - 1) / (W * 32);
+    uint4 f[per];
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < per; ++k) {
+      const int u = threadIdx.x + k * W * 32;
+      if (u < units) {
+        const float4 x = *reinterpret_cast<const float4*>(qn + (u / (D / 4)) * q_stride + 4 * (u % (D / 4)));
+        std::uint32_t b[4] = {0u, 0u, 0u, 0u};
+        split_b(x.x, x.y, x.z, x.w, b);
+        f[k] = make_uint4(b[0], b[1], b[2], b[3]);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < per; ++k) {
+      const int u = threadIdx.x + k * W * 32;
+      const int row = u / (D / 4), g = u % (D / 4);
+      if (u < units) qf[qf_index(g / 4, row, g % 4)] = f[k];
+    }
   }
 }
 
@@ -189,6 +242,23 @@ struct warp_state {
   float l[2];
   float o[D / 16][4];
 };
+
+// 2^x for x <= 0 in the online softmax. exp2f is ex2.approx.f32 wrapped in a
+// subnormal-result fixup (compare + two multiplies per call: ~48 instructions
+// per half tile); the .ftz form only differs for results below 2^-126, which
+// are negligible next to the running sum (>= 1). -DKVTILE_ATTENTION_FAST_EXP2=0: exp2f.
+#ifndef KVTILE_ATTENTION_FAST_EXP2
+#define KVTILE_ATTENTION_FAST_EXP2 1
+#endif
+KVTILE_DEVICE float softmax_exp2(float x) {
+#if KVTILE_ATTENTION_FAST_EXP2
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
 
 // Online softmax over one tile's scores s[i][2h + qq] (log2 domain): updates m,
 // l (per-thread partial sums), returns alpha, replaces s by p.
@@ -205,7 +275,7 @@ KVTILE_DEVICE void online_softmax(float (&s)[GM][4], float (&m)[2], float (&l)[2
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) mx[qq] = fmaxf(mx[qq], __shfl_xor_sync(0xffffffffu, mx[qq], o));
     const float mn = fmaxf(m[qq], mx[qq]);
-    alpha[qq] = mn == -INFINITY ? 1.0f : exp2f(m[qq] - mn);
+    alpha[qq] = mn == -INFINITY ? 1.0f : softmax_exp2(m[qq] - mn);
     m[qq] = mn;
     mx[qq] = mn == -INFINITY ? 0.0f : mn;  // subtrahend
   }
@@ -214,7 +284,7 @@ KVTILE_DEVICE void online_softmax(float (&s)[GM][4], float (&m)[2], float (&l)[2
   for (int i = 0; i < GM; ++i)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const float pv = exp2f(s[i][c] - mx[c & 1]);
+      const float pv = softmax_exp2(s[i][c] - mx[c & 1]);
       s[i][c] = pv;
       sum[c & 1] += pv;
     }
@@ -237,11 +307,10 @@ KVTILE_DEVICE void p_to_b(const float (&s)[GM][4], std::uint32_t (&b0)[GM], std:
 // are masked (their V is never read). H warps share the tile: warp `sub` takes
 // the MMA token blocks i in [sub * GM / H, (sub + 1) * GM / H).
 template <int D, int GT, int H = 1>
-KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const float* qn,
+KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const uint4* qf,
                              const float (&nfq)[2], warp_state<D>& st, int sub = 0) {
   constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16, ED = D / 8, MC = (D / 16) < 8 ? (D / 16) : 8,
                 NCH = (D / 16) / MC, CE = 2 * MC;
-  constexpr int q_stride = D + 16;
   const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
   float s[GM][4];
 #pragma unroll
@@ -249,9 +318,8 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
     const int c0 = 16 * kk + 4 * t;
-    const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + c0);
-    std::uint32_t b[4];
-    split_b(qv.x, qv.y, qv.z, qv.w, b);
+    const uint4 bq = qf[qf_index(kk, r, t)];
+    const std::uint32_t b[4] = {bq.x, bq.y, bq.z, bq.w};
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
       const int T0 = E * r + 2 * (sub * GM + i);
@@ -352,7 +420,7 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
 // number of 16-bit code chunks (halves the per-warp tile state, so twice the
 // warps fit in the register file).
 #ifndef KVTILE_ATTENTION_PAIR
-#define KVTILE_ATTENTION_PAIR 1  // 0: one warp per record (8 warps, 255 registers); not measured in this form
+#define KVTILE_ATTENTION_PAIR 0  // 1: two warps per record (16 warps x 128 registers); 0 measured 5-8% faster (H200, session 2)
 #endif
 template <class Config>
 constexpr int warps_per_record() {
@@ -362,8 +430,8 @@ constexpr int warps_per_record() {
 // One record, or the part sub (of H) of it: MMA token blocks i in
 // [sub * GM / H, (sub + 1) * GM / H).
 template <class Config, class Packer, int H>
-KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const float (&nfq)[2], warp_state<Config::head_dim>& st,
-                              int sub) {
+KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const uint4* qf, const float (&nfq)[2],
+                              warp_state<Config::head_dim>& st, int sub) {
   using L = typename Packer::template layout<Config>;
   constexpr bool fp8 = std::is_same_v<Packer, fp8_scales>;
   constexpr int D = Config::head_dim, G = Config::tile_tokens, KB = Config::key_bits, VB = Config::value_bits;
@@ -397,42 +465,78 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
   float s[GM][4];
 #pragma unroll
   for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-  float beta = 0.0f;
   const std::uint8_t* kc = rec + L::key_codes + r * ksb + sub * ksh;
+  float bq0, bq1;  // beta = sum_d q z for queries 2t, 2t+1
+  if constexpr (fp8 && fold_key_scale) {
+    // The E4M3 key scale goes into the code conversion (exact, a / 8 per code, see
+    // pair_convert_scaled), the B operand is the query itself (hi/lo fragments
+    // made once per CTA), and beta runs on the tensor cores: A = the zero points
+    // in every row, so every row of the accumulator is beta (no shuffles).
+    float bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #ifdef KVTILE_ATTENTION_QK_UNROLL
 #pragma unroll qk_unroll
 #else
 #pragma unroll
 #endif
-  for (int kk = 0; kk < KT; ++kk) {
-    const int c0 = 16 * kk + 4 * t;
-    const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + c0);
-    float a[4], z[4];
-    load_scales<fp8, 4>(rec + L::key_scale + (fp8 ? 1 : 2) * c0, a, f_k);
-    load_halves<4>(rec + L::key_zero + 2 * c0, z);
-    beta = fmaf(qv.x, z[0], beta);
-    beta = fmaf(qv.y, z[1], beta);
-    beta = fmaf(qv.z, z[2], beta);
-    beta = fmaf(qv.w, z[3], beta);
-    std::uint32_t b[4];
-    split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
-    std::uint32_t x[4][kwords];
+    for (int kk = 0; kk < KT; ++kk) {
+      const int c0 = 16 * kk + 4 * t;
+      const uint4 bq = qf[qf_index(kk, r, t)];
+      const std::uint32_t aw = *reinterpret_cast<const std::uint32_t*>(rec + L::key_scale + c0);
+      const uint2 zw = *reinterpret_cast<const uint2*>(rec + L::key_zero + 2 * c0);
+      mma_f16(bacc, zw.x, zw.x, zw.y, zw.y, bq.x, bq.y);
+      if constexpr (split_query) mma_f16(bacc, zw.x, zw.x, zw.y, zw.y, bq.z, bq.w);
+      std::uint32_t x[4][kwords];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (c0 + u) * krow, x[u]);
-    std::uint32_t r01[EH], r23[EH];
-    pair_convert<KB, EH>(x[0], x[1], r01);
-    pair_convert<KB, EH>(x[2], x[3], r23);
+      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (c0 + u) * krow, x[u]);
+      std::uint32_t r01[EH], r23[EH];
+      pair_convert_scaled<KB, EH>(x[0], x[1], e4m3x2_to_half2(static_cast<std::uint16_t>(aw)), r01);
+      pair_convert_scaled<KB, EH>(x[2], x[3], e4m3x2_to_half2(static_cast<std::uint16_t>(aw >> 16)), r23);
 #pragma unroll
-    for (int i = 0; i < GM; ++i) {
-      mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
-      if constexpr (split_query) mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
+      for (int i = 0; i < GM; ++i) {
+        mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], bq.x, bq.y);
+        if constexpr (split_query) mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], bq.z, bq.w);
+      }
     }
+    bq0 = bacc[0];
+    bq1 = bacc[1];
+    vs_ak *= 8.0f;  // the codes came out as x a / 8
+  } else {
+    float beta = 0.0f;
+#ifdef KVTILE_ATTENTION_QK_UNROLL
+#pragma unroll qk_unroll
+#else
+#pragma unroll
+#endif
+    for (int kk = 0; kk < KT; ++kk) {
+      const int c0 = 16 * kk + 4 * t;
+      const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + c0);
+      float a[4], z[4];
+      load_scales<fp8, 4>(rec + L::key_scale + (fp8 ? 1 : 2) * c0, a, f_k);
+      load_halves<4>(rec + L::key_zero + 2 * c0, z);
+      beta = fmaf(qv.x, z[0], beta);
+      beta = fmaf(qv.y, z[1], beta);
+      beta = fmaf(qv.z, z[2], beta);
+      beta = fmaf(qv.w, z[3], beta);
+      std::uint32_t b[4];
+      split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
+      std::uint32_t x[4][kwords];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (c0 + u) * krow, x[u]);
+      std::uint32_t r01[EH], r23[EH];
+      pair_convert<KB, EH>(x[0], x[1], r01);
+      pair_convert<KB, EH>(x[2], x[3], r23);
+#pragma unroll
+      for (int i = 0; i < GM; ++i) {
+        mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
+        if constexpr (split_query) mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
+      }
+    }
+    // beta: thread (r, t) summed query r over its channels; reduce over t, move to queries 2t, 2t+1.
+    beta += __shfl_xor_sync(0xffffffffu, beta, 1);
+    beta += __shfl_xor_sync(0xffffffffu, beta, 2);
+    bq0 = __shfl_sync(0xffffffffu, beta, 8 * t);
+    bq1 = __shfl_sync(0xffffffffu, beta, 8 * t + 4);
   }
-  // beta: thread (r, t) summed query r over its channels; reduce over t, move to queries 2t, 2t+1.
-  beta += __shfl_xor_sync(0xffffffffu, beta, 1);
-  beta += __shfl_xor_sync(0xffffffffu, beta, 2);
-  const float bq0 = __shfl_sync(0xffffffffu, beta, 8 * t);
-  const float bq1 = __shfl_sync(0xffffffffu, beta, 8 * t + 4);
   {
     float tk[EH];
     load_scales<fp8, EH>(rec + L::key_token_scale + (fp8 ? 1 : 2) * tok0, tk, 1.0f);
@@ -627,10 +731,11 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
   using L = typename Packer::template layout<Config>;
   constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H;
-  using plan = smem_plan<D, W, Stages, L::bytes, R>;
+  using plan = smem_plan<D, W, Stages, L::bytes, R, keep_qn<Packer>()>;
   extern __shared__ __align__(128) std::uint8_t smem[];
   float* qn = reinterpret_cast<float*>(smem + plan::qn);
   float* nf = reinterpret_cast<float*>(smem + plan::nf);
+  uint4* qf = reinterpret_cast<uint4*>(smem + plan::qf);
   std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
   std::uint8_t* stages = smem + plan::stages;
 
@@ -655,7 +760,7 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
   };
   __syncthreads();  // barriers initialized: the first records fly while the queries are rotated
   ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
-  load_queries<QT, D, W, true>(p, seq, kvh, qg, qn, nf);
+  load_queries<QT, D, W, true, keep_qn<Packer>()>(p, seq, kvh, qg, qn, nf, qf);
   __syncthreads();
 
   const int sub = (threadIdx.x >> 5) % H;
@@ -670,16 +775,16 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
   auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
     if (is_quant(j)) {
       mbar_wait(bar, par);
-      quant_tile<Config, Packer, H>(buf, qn, nfq, st, sub);
+      quant_tile<Config, Packer, H>(buf, qn, qf, nfq, st, sub);
       return true;
     }
     const std::int64_t off = cache.tile_offset(seq, kvh);
     if (j < n_full) {  // the sink
       fp16_tile<D, G, H>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
-                         reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, qn, nfq, st, sub);
+                         reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, qf, nfq, st, sub);
     } else {
       fp16_tile<D, G, H>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
-                         reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, qn, nfq, st, sub);
+                         reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, qf, nfq, st, sub);
     }
     return false;
   };
@@ -696,6 +801,7 @@ __global__ void __launch_bounds__(W * 32, 1)
   extern __shared__ __align__(128) std::uint8_t smem[];
   float* qn = reinterpret_cast<float*>(smem + plan::qn);
   float* nf = reinterpret_cast<float*>(smem + plan::nf);
+  uint4* qf = reinterpret_cast<uint4*>(smem + plan::qf);
   std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
   std::uint8_t* stages = smem + plan::stages;
 
@@ -705,7 +811,7 @@ __global__ void __launch_bounds__(W * 32, 1)
     for (int i = 0; i < 2 * W * Stages; ++i) mbar_init(bars + i, 1);
     mbar_init_fence();
   }
-  load_queries<QT, D, W, false>(p, seq, kvh, qg, qn, nf);
+  load_queries<QT, D, W, false, false>(p, seq, kvh, qg, qn, nf, qf);
   __syncthreads();
 
   const int len = cache.seq_lens[seq];
@@ -732,7 +838,7 @@ __global__ void __launch_bounds__(W * 32, 1)
     mbar_wait(bar, par);
     const int nv = min(PT, len - j * PT);
     fp16_tile<D, PT>(reinterpret_cast<const std::uint16_t*>(buf),
-                     reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, qn, nfq, st);
+                     reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, qf, nfq, st);
     return true;
   };
   warp_loop<W, 1, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
@@ -879,7 +985,7 @@ struct quant_kernel_traits {
   static constexpr int rings = detail::warps_for<record_bytes, stages>();  // records in flight per CTA / stages
   static constexpr int warps_per_record = detail::warps_per_record<config>();
   static constexpr int warps = rings * warps_per_record;
-  using plan = detail::smem_plan<D, warps, stages, record_bytes, rings>;
+  using plan = detail::smem_plan<D, warps, stages, record_bytes, rings, detail::keep_qn<packer>()>;
   static constexpr std::size_t smem_bytes = plan::bytes;
   static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
   static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");

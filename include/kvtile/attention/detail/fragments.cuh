@@ -66,6 +66,15 @@ KVTILE_DEVICE std::uint32_t hfma2(std::uint32_t a, std::uint32_t b, std::uint32_
   return d;
 }
 
+// (a & mask) | magic in ONE lop3 (nvcc otherwise emits and + or, which ptxas
+// keeps as two LOP3s with immediates: ~250 extra instructions per k4v2 tile).
+template <std::uint32_t Mask>
+KVTILE_DEVICE std::uint32_t and_or(std::uint32_t a, std::uint32_t magic) {
+  std::uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(d) : "r"(a), "n"(Mask), "r"(magic));
+  return d;
+}
+
 KVTILE_DEVICE std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
   std::uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
@@ -121,20 +130,85 @@ KVTILE_DEVICE void pair_convert(const std::uint32_t* x, const std::uint32_t* y, 
     std::uint32_t* o = out + ck * per_chunk;
     if constexpr (Bits == 4) {
       const std::uint32_t p2 = p >> 8;
-      o[0] = hfma2((p & 0x000F000Fu) | magic, 0x3C003C00u, b4_0);   // 1
-      o[1] = hfma2((p & 0x00F000F0u) | magic, 0x2C002C00u, b4_1);   // 1/16
-      o[2] = hfma2((p2 & 0x000F000Fu) | magic, 0x3C003C00u, b4_0);
-      o[3] = hfma2((p2 & 0x00F000F0u) | magic, 0x2C002C00u, b4_1);
+      o[0] = hfma2(and_or<0x000F000Fu>(p, magic), 0x3C003C00u, b4_0);   // 1
+      o[1] = hfma2(and_or<0x00F000F0u>(p, magic), 0x2C002C00u, b4_1);   // 1/16
+      o[2] = hfma2(and_or<0x000F000Fu>(p2, magic), 0x3C003C00u, b4_0);
+      o[3] = hfma2(and_or<0x00F000F0u>(p2, magic), 0x2C002C00u, b4_1);
     } else {
       const std::uint32_t p2 = p >> 10;
-      o[0] = hfma2((p & 0x00030003u) | magic, 0x3C003C00u, b2_0);   // 1
-      o[1] = hfma2((p & 0x000C000Cu) | magic, 0x34003400u, b2_1);   // 1/4
-      o[2] = hfma2((p & 0x00300030u) | magic, 0x2C002C00u, b2_2);   // 1/16
-      o[3] = hfma2((p & 0x00C000C0u) | magic, 0x24002400u, b2_3);   // 1/64
-      o[4] = hfma2((p & 0x03000300u) | magic, 0x1C001C00u, b2_4);   // 1/256
-      o[5] = hfma2((p2 & 0x00030003u) | magic, 0x3C003C00u, b2_0);
-      o[6] = hfma2((p2 & 0x000C000Cu) | magic, 0x34003400u, b2_1);
-      o[7] = hfma2((p2 & 0x00300030u) | magic, 0x2C002C00u, b2_2);
+      o[0] = hfma2(and_or<0x00030003u>(p, magic), 0x3C003C00u, b2_0);   // 1
+      o[1] = hfma2(and_or<0x000C000Cu>(p, magic), 0x34003400u, b2_1);   // 1/4
+      o[2] = hfma2(and_or<0x00300030u>(p, magic), 0x2C002C00u, b2_2);   // 1/16
+      o[3] = hfma2(and_or<0x00C000C0u>(p, magic), 0x24002400u, b2_3);   // 1/64
+      o[4] = hfma2(and_or<0x03000300u>(p, magic), 0x1C001C00u, b2_4);   // 1/256
+      o[5] = hfma2(and_or<0x00030003u>(p2, magic), 0x3C003C00u, b2_0);
+      o[6] = hfma2(and_or<0x000C000Cu>(p2, magic), 0x34003400u, b2_1);
+      o[7] = hfma2(and_or<0x00300030u>(p2, magic), 0x2C002C00u, b2_2);
+    }
+  }
+}
+
+KVTILE_DEVICE std::uint32_t hmul2(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Two E4M3 bytes (low byte -> low half) -> f16x2, exact.
+KVTILE_DEVICE std::uint32_t e4m3x2_to_half2(std::uint16_t w) {
+  std::uint32_t d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"(w));
+  return d;
+}
+
+// pair_convert with a per-pair scale folded in: out[i] = {a.lo x_i, a.hi y_i} / 8,
+// a = an f16x2 of two E4M3 values (keys: the two channels' scales). Exact: an
+// E4M3 value times a code of <= 4 bits has <= 8 significant bits, and every
+// intermediate stays inside fp16's range: |a| <= 448, so the largest bias is
+// 1024 * 448 / 8 = 57,344 < 65,504, and the smallest scale a * 2^-(3 + 8) >=
+// 2^-20 stays on fp16's subnormal grid (2^-24); the fma.f16x2 rounds x a / 8,
+// which is representable, once. Same instruction count as pair_convert plus
+// 2 (4-bit) or 5 (2-bit) mul.f16x2 pairs per call to form the scales.
+template <int Bits, int N>
+KVTILE_DEVICE void pair_convert_scaled(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t a,
+                                       std::uint32_t* out) {
+  static_assert(Bits == 2 || Bits == 4, "pair_convert_scaled handles 2- and 4-bit codes");
+  static_assert((N * Bits) % 16 == 0, "a stream holds whole 16-bit chunks");
+  constexpr std::uint32_t magic = 0x64006400u;
+  constexpr int chunks = N * Bits / 16;
+  constexpr int per_chunk = 16 / Bits;
+  constexpr int pieces = Bits == 4 ? 2 : 5;  // distinct bit positions 4^k (2-bit) or 16^k (4-bit)
+  // sc[k] = a / 8 / f_k, bi[k] = -1024 sc[k], f_k = 16^k (4-bit) or 4^k (2-bit).
+  constexpr std::uint32_t sc_imm[5] = {0x30003000u, Bits == 4 ? 0x20002000u : 0x28002800u, 0x20002000u, 0x18001800u,
+                                       0x10001000u};  // 2^-3, 2^-7 (4-bit) | 2^-5, 2^-7, 2^-9, 2^-11 (2-bit)
+  constexpr std::uint32_t bi_imm[5] = {0xD800D800u, Bits == 4 ? 0xC800C800u : 0xD000D000u, 0xC800C800u, 0xC000C000u,
+                                       0xB800B800u};  // -2^7, -2^3 (4-bit) | -2^5, -2^3, -2, -2^-1 (2-bit)
+  std::uint32_t sc[pieces], bi[pieces];
+#pragma unroll
+  for (int k = 0; k < pieces; ++k) {
+    sc[k] = hmul2(a, sc_imm[k]);
+    bi[k] = hmul2(a, bi_imm[k]);
+  }
+#pragma unroll
+  for (int ck = 0; ck < chunks; ++ck) {
+    const std::uint32_t p = prmt(x[ck / 2], y[ck / 2], (ck & 1) ? 0x7632u : 0x5410u);
+    std::uint32_t* o = out + ck * per_chunk;
+    if constexpr (Bits == 4) {
+      const std::uint32_t p2 = p >> 8;
+      o[0] = hfma2(and_or<0x000F000Fu>(p, magic), sc[0], bi[0]);
+      o[1] = hfma2(and_or<0x00F000F0u>(p, magic), sc[1], bi[1]);
+      o[2] = hfma2(and_or<0x000F000Fu>(p2, magic), sc[0], bi[0]);
+      o[3] = hfma2(and_or<0x00F000F0u>(p2, magic), sc[1], bi[1]);
+    } else {
+      const std::uint32_t p2 = p >> 10;
+      o[0] = hfma2(and_or<0x00030003u>(p, magic), sc[0], bi[0]);
+      o[1] = hfma2(and_or<0x000C000Cu>(p, magic), sc[1], bi[1]);
+      o[2] = hfma2(and_or<0x00300030u>(p, magic), sc[2], bi[2]);
+      o[3] = hfma2(and_or<0x00C000C0u>(p, magic), sc[3], bi[3]);
+      o[4] = hfma2(and_or<0x03000300u>(p, magic), sc[4], bi[4]);
+      o[5] = hfma2(and_or<0x00030003u>(p2, magic), sc[0], bi[0]);
+      o[6] = hfma2(and_or<0x000C000Cu>(p2, magic), sc[1], bi[1]);
+      o[7] = hfma2(and_or<0x00300030u>(p2, magic), sc[2], bi[2]);
     }
   }
 }
