@@ -126,13 +126,13 @@ half_t *g_k = nullptr, *g_v = nullptr;
 std::int32_t* g_cu = nullptr;
 constexpr std::size_t kTokElems = static_cast<std::size_t>(SEQS) * TOK * H * D;
 
-template <class Codec>
+template <class Codec, int BLOCK_THREADS = 512>
 void bench_prefill(const char* name, bool decode_too) {
   cache c;
   c.make(SEQS, TOK / G, static_cast<std::int64_t>(Codec::record_bytes));
   c.set_lens(std::vector<std::int32_t>(SEQS, TOK));
   const double us = median_us([&] {
-    kvtile::device::launch_prefill<Codec, half_t>(c.v, g_k, g_v, g_cu, TOK);
+    kvtile::device::launch_prefill<Codec, half_t, BLOCK_THREADS>(c.v, g_k, g_v, g_cu, TOK);
   });
   const double bytes = 2.0 * kTokElems * 2;  // K and V fp16 read
   const double gbps = bytes / us / 1e3;
@@ -248,6 +248,7 @@ int main(int argc, char** argv) {
   using k4v2_s0 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<0>, rtn<>, fp8_scales>;
   using k4v2_s2 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<2>, rtn<>, fp8_scales>;
   bench_prefill<presets::k4v2_g128<D>>("k4v2_g128", true);
+  bench_prefill<presets::k4v2_g128<D>, 1024>("k4v2_g128 (1024 threads/block)", false);
   bench_prefill<presets::k4v4_g128<D>>("k4v4_g128", false);
   bench_prefill<presets::k2v2_g128<D>>("k2v2_g128", true);
   bench_prefill<presets::k4v2_g128<D, fp16_scales>>("k4v2_g128 fp16_scales", false);

@@ -50,6 +50,7 @@
 #include "../../numeric/half.hpp"
 #include "../../status.hpp"
 #include "../warp/warp_primitives.cuh"
+#include "register_sinkhorn.cuh"
 
 namespace kvtile::device {
 
@@ -118,10 +119,27 @@ class block_tile_codec {
     float col_vs, row_vs;
   };
 
+  // Register Sinkhorn (register_sinkhorn.cuh) per side where the shape fits.
+  template <bool Key>
+  using fast_shape = register_sinkhorn_shape<Key ? D : G, Key ? G : D, BLOCK_THREADS>;
+  template <bool Key>
+  static constexpr bool fast_sinkhorn = iterations > 0 && fast_shape<Key>::ok;
+
+  // Shared state of the shared-memory Sinkhorn (the fallback).
+  struct slow_sinkhorn_storage {
+    float lcol[L], lrow[L], ecol[L], erow[L], rcol[L], rrow[L], col_std[L], row_std[L];
+  };
+  union sinkhorn_storage {
+    slow_sinkhorn_storage slow;
+    typename register_sinkhorn_storage<D, G, BLOCK_THREADS>::type key;    // keys: M = XK[D x G]
+    typename register_sinkhorn_storage<G, D, BLOCK_THREADS>::type value;  // values: M = XV[G x D]
+  };
+
   struct TempStorage {
     float x[G * XS];
     alignas(16) std::uint8_t codes[D * G];
-    float lcol[L], lrow[L], ecol[L], erow[L], rcol[L], rrow[L], col_std[L], row_std[L], best_col[L];
+    sinkhorn_storage sk;
+    float best_col[L];
     float col_hat[L], col_lower[L], row_hi[L], row_need[L], row_a[L], row_z[L];
     side_fields key, value;
     float best;
@@ -253,7 +271,7 @@ class block_tile_codec {
     const int lane = lane_id();
     float rl[J];  // reciprocals along the line (fixed per lane)
 #pragma unroll
-    for (int j = 0; j < J; ++j) rl[j] = Cols ? s_.rrow[lane + 32 * j] : s_.rcol[lane + 32 * j];
+    for (int j = 0; j < J; ++j) rl[j] = Cols ? s_.sk.slow.rrow[lane + 32 * j] : s_.sk.slow.rcol[lane + 32 * j];
     for (int i0 = 0; i0 < per_warp; i0 += K) {
       float v[K][J];
       float sd[K];
@@ -262,7 +280,7 @@ class block_tile_codec {
         const int line = warp_id() + WARPS * (i0 + k);
         // warp-uniform; compile-time true when the lines split evenly
         const bool valid = (N % WARPS == 0 && per_warp % K == 0) || ((i0 + k) < per_warp && line < N);
-        const float rw = valid ? (Cols ? s_.rcol[line] : s_.rrow[line]) : 0.0f;
+        const float rw = valid ? (Cols ? s_.sk.slow.rcol[line] : s_.sk.slow.rrow[line]) : 0.0f;
 #pragma unroll
         for (int j = 0; j < J; ++j) {
           const float x = valid ? (Cols ? X<Key>(lane + 32 * j, line) : X<Key>(line, lane + 32 * j)) : 0.0f;
@@ -278,7 +296,7 @@ class block_tile_codec {
         for (int k = 0; k < K; ++k) {
           const int line = warp_id() + WARPS * (i0 + k);
           if ((N % WARPS == 0 && per_warp % K == 0) || ((i0 + k) < per_warp && line < N))
-            (Cols ? s_.col_std : s_.row_std)[line] = sd[k];
+            (Cols ? s_.sk.slow.col_std : s_.sk.slow.row_std)[line] = sd[k];
         }
       }
     }
@@ -293,14 +311,14 @@ class block_tile_codec {
   KVTILE_DEVICE float imbalance_warp0() const {
     constexpr int R = Key ? D : G, C = Key ? G : D;
     const int lane = lane_id();
-    float cmin = s_.col_std[lane], cmax = cmin, rmin = s_.row_std[lane], rmax = rmin;
+    float cmin = s_.sk.slow.col_std[lane], cmax = cmin, rmin = s_.sk.slow.row_std[lane], rmax = rmin;
     for (int i = lane + 32; i < C; i += 32) {
-      cmin = detail::fmin(cmin, s_.col_std[i]);
-      cmax = detail::fmax(cmax, s_.col_std[i]);
+      cmin = detail::fmin(cmin, s_.sk.slow.col_std[i]);
+      cmax = detail::fmax(cmax, s_.sk.slow.col_std[i]);
     }
     for (int i = lane + 32; i < R; i += 32) {
-      rmin = detail::fmin(rmin, s_.row_std[i]);
-      rmax = detail::fmax(rmax, s_.row_std[i]);
+      rmin = detail::fmin(rmin, s_.sk.slow.row_std[i]);
+      rmax = detail::fmax(rmax, s_.sk.slow.row_std[i]);
     }
     cmin = warp_fmin(cmin);
     cmax = warp_fmax(cmax);
@@ -313,14 +331,32 @@ class block_tile_codec {
   template <bool Key>
   KVTILE_DEVICE void sinkhorn() {
     constexpr int R = Key ? D : G, C = Key ? G : D;
+    if constexpr (fast_sinkhorn<Key>) {
+      // Iterate in registers (register_sinkhorn.cuh); x is only read.
+      using rs = register_sinkhorn<R, C, BLOCK_THREADS>;
+      typename rs::storage* sm;
+      if constexpr (Key) sm = &s_.sk.key;
+      else sm = &s_.sk.value;
+      // M[r][c] = X<Key>(r, c)
+      rs::template run<iterations>(*sm, s_.x, Key ? 1 : XS, Key ? XS : 1, s_.best_col);
+      __syncthreads();
+    } else {
+      sinkhorn_smem<Key>();
+    }
+  }
+
+  // The shared-memory Sinkhorn: any shape.
+  template <bool Key>
+  KVTILE_DEVICE void sinkhorn_smem() {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
     for (int i = threadIdx.x; i < L; i += BLOCK_THREADS) {
-      s_.lcol[i] = 0.0f;
-      s_.ecol[i] = 1.0f;
-      s_.rcol[i] = 1.0f;
+      s_.sk.slow.lcol[i] = 0.0f;
+      s_.sk.slow.ecol[i] = 1.0f;
+      s_.sk.slow.rcol[i] = 1.0f;
       s_.best_col[i] = 1.0f;
-      s_.lrow[i] = 0.0f;
-      s_.erow[i] = 1.0f;
-      s_.rrow[i] = 1.0f;
+      s_.sk.slow.lrow[i] = 0.0f;
+      s_.sk.slow.erow[i] = 1.0f;
+      s_.sk.slow.rrow[i] = 1.0f;
     }
     if constexpr (iterations > 0) {
       __syncthreads();
@@ -333,17 +369,17 @@ class block_tile_codec {
       }
       for (int it = 0; it < iterations; ++it) {
         for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) {
-          const float e = detail::sinkhorn_update(s_.lcol[c], s_.col_std[c]);
-          s_.ecol[c] = e;
-          s_.rcol[c] = detail::div(1.0f, e);
+          const float e = detail::sinkhorn_update(s_.sk.slow.lcol[c], s_.sk.slow.col_std[c]);
+          s_.sk.slow.ecol[c] = e;
+          s_.sk.slow.rcol[c] = detail::div(1.0f, e);
         }
         __syncthreads();
         row_stds<Key>();
         __syncthreads();
         for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) {
-          const float e = detail::sinkhorn_update(s_.lrow[r], s_.row_std[r]);
-          s_.erow[r] = e;
-          s_.rrow[r] = detail::div(1.0f, e);
+          const float e = detail::sinkhorn_update(s_.sk.slow.lrow[r], s_.sk.slow.row_std[r]);
+          s_.sk.slow.erow[r] = e;
+          s_.sk.slow.rrow[r] = detail::div(1.0f, e);
         }
         __syncthreads();
         col_stds<Key>();
@@ -359,7 +395,7 @@ class block_tile_codec {
         }
         __syncthreads();
         if (s_.improved)
-          for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) s_.best_col[c] = s_.ecol[c];
+          for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) s_.best_col[c] = s_.sk.slow.ecol[c];
         // The next write of ecol[c] is by the same thread (same loop mapping).
       }
     }

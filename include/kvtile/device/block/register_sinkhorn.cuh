@@ -1,0 +1,372 @@
+// kvtile/device/block/register_sinkhorn.cuh: the Sinkhorn normalization of
+// normalization/sinkhorn.hpp for one tile side, with the fp32 tile held in
+// REGISTERS of a whole thread block, bit-identical to the host.
+//
+// Used by block_tile_codec (block_tile_codec.cuh) when the side's matrix
+// M[R x C] fits: see register_sinkhorn_shape::ok. CUDA only (.cuh).
+//
+// Register layout. With W = BLOCK_THREADS / 32 warps, MR = R / W and
+// JC = C / 32, thread (warp w, lane l) holds the MR x JC elements
+//     x[a][j] = M[r][c],  r = w + W * m,  m = a ^ s(l),  c = l + 32 j,
+// where s(l) = l >> (5 - S), S = log2(MR): the row slot m of register a is
+// XOR-permuted by the lane's top S bits. The permutation is what makes the
+// row reduce-scatter below free of selects, and it is invisible to every
+// per-element operation (the per-row values rr[a], rmean[a] use the same
+// permuted index). Per-column values (rc) are the same in every warp.
+//
+// Canonical order (detail/reduce.hpp: halving trees, most significant index
+// bit first; IEEE addition is commutative, so a pair may be added in either
+// operand order):
+//  * row sums, over c = l + 32 j: the j bits (c's high bits) lane-locally,
+//    then lane bits 16, 8, 4, 2, 1. The first S lane stages are a
+//    reduce-scatter: at lane bit 16 >> t, a lane keeps the registers
+//    a < MR >> (t+1) and adds the partner's registers a + (MR >> (t+1)),
+//    which hold the SAME row slots (the partner's s differs in exactly that
+//    bit) and the partner's positions p ^ (16 >> t). After S stages register
+//    0 holds row slot s(l) (the lane's "own" row), summed over the positions
+//    congruent to l modulo 32 >> S; the remaining 5 - S stages are ordinary
+//    butterflies. A row's statistics (mean, std, the log-domain update) are
+//    therefore computed once per lane instead of MR times, and broadcast back
+//    with one shuffle per register (the owner of register a's row slot is
+//    lane l ^ (a << (5 - S))).
+//  * column sums, over r = w + W m: the m bits (r's high bits) lane-locally
+//    (a halving tree over the register index a: XOR-permuting a keeps every
+//    pair {m, m ^ h} of the host's tree), then the warp bits W/2, ..., 1
+//    through shared memory: column c is "owned" by the Q = BLOCK_THREADS / C
+//    consecutive threads t = c Q + q, q < Q; thread q loads the partials of
+//    warps w' = q + Q i (i < JC = W / Q), reduces the i bits locally (w's high
+//    bits) and the q bits by butterflies. Column statistics and the column
+//    update are computed by the owners, the reciprocal 1/e^Lc is broadcast
+//    through shared memory.
+//  * imbalance: min/max of non-negative, non-NaN stds (never -0: sqrt of a
+//    sum of squares), so order-free; done on the float bits with redux.sync
+//    (for non-negative floats, unsigned order == float order).
+//
+// Per iteration (sinkhorn.hpp): column update (done eagerly at the end of the
+// previous statistics pass, by the owners), rescale, row stds (warp-local),
+// row update, rescale, column + row stds (fused, 4 block barriers),
+// imbalance, best-so-far with ties to the later iterate.
+#pragma once
+
+#include <cstdint>
+
+#include "../../detail/bits.hpp"
+#include "../../detail/fastmath.hpp"
+#include "../../normalization/sinkhorn.hpp"
+#include "../warp/warp_primitives.cuh"
+
+namespace kvtile::device {
+
+// Which (R, C, BLOCK_THREADS) the register Sinkhorn supports.
+template <int R, int C, int BLOCK_THREADS>
+struct register_sinkhorn_shape {
+  static constexpr bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+  static constexpr int log2i(int n) { return n <= 1 ? 0 : 1 + log2i(n / 2); }
+  static constexpr int WARPS = BLOCK_THREADS / 32;
+  static constexpr int MR = WARPS > 0 ? R / WARPS : 0;
+  static constexpr int JC = C / 32;
+  // Elements per thread: at 512 threads (128 registers per thread at most)
+  // the tile and the iterate take 2 * 32 registers.
+  static constexpr int max_elements = 32;
+  static constexpr bool ok = pow2(R) && pow2(C) && pow2(BLOCK_THREADS) && BLOCK_THREADS >= 32 &&
+                             R % WARPS == 0 && MR >= 1 && MR <= 32 && C % 32 == 0 && C >= WARPS &&
+                             C <= BLOCK_THREADS && MR * JC <= max_elements && R >= 2 && C >= 2;
+};
+
+template <int R, int C, int BLOCK_THREADS>
+struct register_sinkhorn {
+  using shape = register_sinkhorn_shape<R, C, BLOCK_THREADS>;
+  static_assert(shape::ok, "register_sinkhorn: unsupported tile shape / block size");
+
+  static constexpr int WARPS = shape::WARPS;
+  static constexpr int MR = shape::MR;                 // row slots per thread
+  static constexpr int JC = shape::JC;                 // columns per lane
+  static constexpr int S = shape::log2i(MR);           // reduce-scatter stages
+  static constexpr int Q = BLOCK_THREADS / C;          // owner threads per column
+  static constexpr int CS = C + ((32 / Q) & 31);       // partial row stride (see col_gather)
+  static_assert(WARPS / Q == JC, "owner mapping: each owner loads JC partials");
+
+  // Shared memory of the register path (a few KB).
+  struct storage {
+    float part[WARPS * CS];      // per-warp column partials, warp-major
+    float cmean[C];              // column means (broadcast)
+    float rc[C];                 // 1 / e^Lc (broadcast)
+    std::uint32_t mm[4][WARPS];  // per-warp min/max of col / row stds (float bits)
+  };
+
+  // Loads x[a][j] = M[w + W (a ^ s)][l + 32 j] where M[r][c] = tile[r * rs + c * cs]
+  // (the shared tile of block_tile_codec, row stride odd: conflict free).
+  KVTILE_DEVICE static void load(const float* tile, int rs, int cs, float (&x)[MR][JC]) {
+    const int lane = lane_id(), warp = static_cast<int>(threadIdx.x >> 5);
+    const int s = row_slot();
+#pragma unroll
+    for (int a = 0; a < MR; ++a) {
+      const int r = warp + WARPS * (a ^ s);
+#pragma unroll
+      for (int j = 0; j < JC; ++j) x[a][j] = tile[r * rs + (lane + 32 * j) * cs];
+    }
+  }
+
+  // Row slot owned by this lane (the slot of register 0).
+  KVTILE_DEVICE static int row_slot() { return S == 0 ? 0 : lane_id() >> (5 - S); }
+
+  // sinkhorn<Iterations>::run on the side's matrix M[r][c] = tile[r * rs + c * cs]
+  // (shared memory, read-only here). The iterate cur lives in registers; X is
+  // re-read from the tile at each rescale (keeping it in registers too would
+  // exceed 128 registers per thread at 32 elements). Writes the best column
+  // scale to best_col[C] (one writer per column). No barrier at the end: the
+  // caller synchronizes before reading best_col. Every thread of the block
+  // must call it.
+  template <int Iterations>
+  KVTILE_DEVICE static void run(storage& sm, const float* tile, int rs, int cs, float* best_col) {
+    static_assert(Iterations >= 1, "register_sinkhorn: use unit scales for 0 iterations");
+    const int t = static_cast<int>(threadIdx.x);
+    const int c_own = t / Q;             // owned column
+    const bool col_writer = t % Q == 0;  // one writer per owned column
+    // Column owner state (column c_own): log scale, e^Lc of the current
+    // iterate, of the next one, and of the best iterate so far.
+    float lc = 0.0f, ec = 1.0f, ec_next = 1.0f, best_ec = 1.0f;
+    // Row owner state (row slot row_slot() of this warp): log scale.
+    float lr = 0.0f;
+    // 1 / e^Lc of the lane's columns; 1 / e^Lr of the lane's own row slot
+    // (register a's value is broadcast from lane l ^ (a << (5 - S)) when used).
+    float rc[JC], rr_own = 1.0f;
+#pragma unroll
+    for (int j = 0; j < JC; ++j) rc[j] = 1.0f;
+
+    float cur[MR][JC];
+    load(tile, rs, cs, cur);  // host: cur = X
+    float best = stats(sm, cur, c_own, col_writer, lc, ec_next, rc, Iterations > 0);
+
+#pragma unroll 1
+    for (int it = 0; it < Iterations; ++it) {
+      ec = ec_next;  // column update (computed by stats), rc[] already holds 1 / ec
+      // rescale, row stds, row update
+      rescale(tile, rs, cs, rc, rr_own, cur);
+      rr_own = detail::div(1.0f, detail::sinkhorn_update(lr, row_std_own(cur)));
+      // rescale, col stds, row stds, imbalance (and next column update)
+      rescale(tile, rs, cs, rc, rr_own, cur);
+      const float m = stats(sm, cur, c_own, col_writer, lc, ec_next, rc, it + 1 < Iterations);
+      if (m <= best) {  // ties go to the later iterate
+        best = m;
+        best_ec = ec;
+      }
+    }
+    if (col_writer) best_col[c_own] = best_ec;
+  }
+
+ private:
+  // In-place halving-tree sum of N lane-local values (destroys v). Stages are
+  // template-recursive so every index is a compile-time constant (a loop the
+  // unroller leaves rolled would put v in local memory).
+  template <int H, int N>
+  KVTILE_DEVICE static void tree_stages(float (&v)[N]) {
+    if constexpr (H >= 1) {
+#pragma unroll
+      for (int i = 0; i < H; ++i) v[i] = detail::add(v[i], v[i + H]);
+      tree_stages<H / 2>(v);
+    }
+  }
+  template <int N>
+  KVTILE_DEVICE static float tree(float (&v)[N]) {
+    tree_stages<N / 2>(v);
+    return v[0];
+  }
+
+  // Reduce-scatter stage st (lane bit 16 >> st): keep registers a < H, add the
+  // partner's registers a + H (the same row slots), H = MR >> (st + 1).
+  template <int St>
+  KVTILE_DEVICE static void scatter_stages(float (&v)[MR]) {
+    if constexpr (St < S) {
+      constexpr int H = MR >> (St + 1);
+#pragma unroll
+      for (int a = 0; a < H; ++a) v[a] = detail::add(v[a], __shfl_xor_sync(full_warp_mask, v[a + H], 16 >> St));
+      scatter_stages<St + 1>(v);
+    }
+  }
+
+  // v[a]: this lane's partial of row slot a ^ s over its positions. Returns the
+  // full canonical row sum of the lane's own row slot s (see the file comment).
+  KVTILE_DEVICE static float row_reduce(float (&v)[MR]) {
+    scatter_stages<0>(v);
+    float s = v[0];
+#pragma unroll
+    for (int b = 16 >> S; b >= 1; b /= 2) s = detail::add(s, __shfl_xor_sync(full_warp_mask, s, b));
+    return s;
+  }
+
+  // out[a] = the own-row value of the lane owning register a's row slot.
+  KVTILE_DEVICE static void row_broadcast(float own, float (&out)[MR]) {
+    out[0] = own;
+#pragma unroll
+    for (int a = 1; a < MR; ++a) out[a] = __shfl_xor_sync(full_warp_mask, own, a << (5 - S));
+  }
+
+  // cur = mul(mul(X, rc[c]), rr[r]) (host order, sinkhorn.hpp rescale).
+  // rr_own: the lane's own row value (broadcast here, one shuffle per row slot).
+  KVTILE_DEVICE static void rescale(const float* tile, int rs, int cs, const float (&rc)[JC], float rr_own,
+                                    float (&cur)[MR][JC]) {
+    float rr[MR];
+    row_broadcast(rr_own, rr);
+    float x[MR][JC];
+    load(tile, rs, cs, x);
+#pragma unroll
+    for (int a = 0; a < MR; ++a)
+#pragma unroll
+      for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(detail::mul(x[a][j], rc[j]), rr[a]);
+  }
+
+  // Row partial sums of cur over this lane's JC columns (j bits: c's high bits).
+  KVTILE_DEVICE static void row_partials(const float (&cur)[MR][JC], float (&rp)[MR]) {
+#pragma unroll
+    for (int a = 0; a < MR; ++a) {
+      float v[JC];
+#pragma unroll
+      for (int j = 0; j < JC; ++j) v[j] = cur[a][j];
+      rp[a] = tree(v);
+    }
+  }
+  // Row partial sums of squared deviations from the row means rm[a].
+  KVTILE_DEVICE static void row_dev_partials(const float (&cur)[MR][JC], const float (&rm)[MR], float (&rp)[MR]) {
+#pragma unroll
+    for (int a = 0; a < MR; ++a) {
+      float v[JC];
+#pragma unroll
+      for (int j = 0; j < JC; ++j) {
+        const float d = detail::sub(cur[a][j], rm[a]);
+        v[j] = detail::mul(d, d);
+      }
+      rp[a] = tree(v);
+    }
+  }
+
+  // Std (detail::canonical_std over the C columns) of the lane's own row slot.
+  KVTILE_DEVICE static float row_std_own(const float (&cur)[MR][JC]) {
+    float rp[MR], rm[MR];
+    row_partials(cur, rp);
+    row_broadcast(detail::div(row_reduce(rp), static_cast<float>(C)), rm);
+    row_dev_partials(cur, rm, rp);
+    return detail::sqrt(detail::div(row_reduce(rp), static_cast<float>(C - 1)));
+  }
+
+  // Publishes this warp's column partials p[j] (column lane + 32 j).
+  KVTILE_DEVICE static void col_publish(storage& sm, const float (&p)[JC]) {
+    const int lane = lane_id(), warp = static_cast<int>(threadIdx.x >> 5);
+#pragma unroll
+    for (int j = 0; j < JC; ++j) sm.part[warp * CS + lane + 32 * j] = p[j];
+  }
+  // After a barrier: the full canonical column sum of the owned column, in
+  // each of its Q owner threads. Bank-conflict free: lane l reads
+  // (l % Q) * CS + l / Q + const with CS = 32 / Q (mod 32).
+  KVTILE_DEVICE static float col_gather(const storage& sm) {
+    const int t = static_cast<int>(threadIdx.x);
+    const int c = t / Q, q = t % Q;
+    float v[JC];
+#pragma unroll
+    for (int i = 0; i < JC; ++i) v[i] = sm.part[(q + Q * i) * CS + c];  // warp w' = q + Q i
+    float s = tree(v);                                                  // w' bits >= Q first
+#pragma unroll
+    for (int b = Q / 2; b >= 1; b /= 2) s = detail::add(s, __shfl_xor_sync(full_warp_mask, s, b));
+    return s;
+  }
+
+  // Column and row stds of cur and the imbalance (the host's canonical_col_std,
+  // row_stds, imbalance); the column owners also do the next column update
+  // (sinkhorn_update on lc) when `update`, leaving ec_next and rc[] = 1/ec_next.
+  KVTILE_DEVICE static float stats(storage& sm, const float (&cur)[MR][JC], int c_own, bool col_writer, float& lc,
+                                   float& ec_next, float (&rc)[JC], bool update) {
+    const int lane = lane_id(), warp = static_cast<int>(threadIdx.x >> 5);
+    // Pass 1: sums.
+    {
+      float cp[JC];
+#pragma unroll
+      for (int j = 0; j < JC; ++j) {
+        float v[MR];
+#pragma unroll
+        for (int a = 0; a < MR; ++a) v[a] = cur[a][j];
+        cp[j] = tree(v);  // m bits (r's high bits)
+      }
+      col_publish(sm, cp);
+    }
+    float rp[MR], rm[MR];
+    row_partials(cur, rp);
+    const float rmean = detail::div(row_reduce(rp), static_cast<float>(C));
+    __syncthreads();  // (1) partial sums published
+    {
+      const float mean = detail::div(col_gather(sm), static_cast<float>(R));
+      if (col_writer) sm.cmean[c_own] = mean;
+    }
+    __syncthreads();  // (2) column means published; part is free again
+    // Pass 2: squared deviations.
+    {
+      float cm[JC], cp[JC];
+#pragma unroll
+      for (int j = 0; j < JC; ++j) cm[j] = sm.cmean[lane + 32 * j];
+#pragma unroll
+      for (int j = 0; j < JC; ++j) {
+        float v[MR];
+#pragma unroll
+        for (int a = 0; a < MR; ++a) {
+          const float d = detail::sub(cur[a][j], cm[j]);
+          v[a] = detail::mul(d, d);
+        }
+        cp[j] = tree(v);
+      }
+      col_publish(sm, cp);
+    }
+    row_broadcast(rmean, rm);
+    row_dev_partials(cur, rm, rp);
+    {
+      const float rsd = detail::sqrt(detail::div(row_reduce(rp), static_cast<float>(C - 1)));
+      const std::uint32_t lo = __reduce_min_sync(full_warp_mask, detail::float_bits(rsd));
+      const std::uint32_t hi = __reduce_max_sync(full_warp_mask, detail::float_bits(rsd));
+      if (lane == 0) {
+        sm.mm[2][warp] = lo;
+        sm.mm[3][warp] = hi;
+      }
+    }
+    __syncthreads();  // (3) squared-deviation partials and row min/max published
+    {
+      const float csd = detail::sqrt(detail::div(col_gather(sm), static_cast<float>(R - 1)));
+      const std::uint32_t lo = __reduce_min_sync(full_warp_mask, detail::float_bits(csd));
+      const std::uint32_t hi = __reduce_max_sync(full_warp_mask, detail::float_bits(csd));
+      if (lane == 0) {
+        sm.mm[0][warp] = lo;
+        sm.mm[1][warp] = hi;
+      }
+      if (update) {  // block-uniform
+        ec_next = detail::sinkhorn_update(lc, csd);
+        if (col_writer) sm.rc[c_own] = detail::div(1.0f, ec_next);
+      }
+    }
+    __syncthreads();  // (4) column min/max and rc published
+    if (update)
+#pragma unroll
+      for (int j = 0; j < JC; ++j) rc[j] = sm.rc[lane + 32 * j];
+    const int k = lane % WARPS;
+    const float cmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[0][k]));
+    const float cmax = detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[1][k]));
+    const float rmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[2][k]));
+    const float rmax = detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[3][k]));
+    return detail::add(detail::imbalance_term(cmax, cmin), detail::imbalance_term(rmax, rmin));
+    // Reuse of the shared arrays by the next call: part is rewritten after (4)
+    // (read before (2) and before (4)); cmean after the next (1) (read before
+    // (3)); rc and mm[0..1] after the next (3), mm[2..3] after the next (2)
+    // (all read right after (4), before the next (1)).
+  }
+};
+
+// register_sinkhorn<R, C, BLOCK_THREADS>::storage where the shape is
+// supported, else a one-byte placeholder (for unions in TempStorage).
+template <int R, int C, int BLOCK_THREADS, bool = register_sinkhorn_shape<R, C, BLOCK_THREADS>::ok>
+struct register_sinkhorn_storage {
+  struct type {
+    char unused;
+  };
+};
+template <int R, int C, int BLOCK_THREADS>
+struct register_sinkhorn_storage<R, C, BLOCK_THREADS, true> {
+  using type = typename register_sinkhorn<R, C, BLOCK_THREADS>::storage;
+};
+
+}  // namespace kvtile::device
