@@ -14,7 +14,9 @@
 // used page is decoded on the device (rotated and original frames) and
 // compared bit for bit with the host decode (also with page ids out of range,
 // which must be skipped). Half of the append steps replay one captured CUDA
-// graph. Rotations covered: hadamard, randomized_hadamard, identity (kivi).
+// graph. Rotations covered: hadamard, randomized_hadamard, identity (kivi);
+// one config has tokens up to the fp16 limit (saturated rotations, decoded
+// values clamped to +-65504).
 // Exit 0 pass, 1 fail, 77 no device. --quick: small sizes (compute-sanitizer).
 #include "gpu_codec_common.cuh"
 
@@ -139,10 +141,18 @@ struct device_cache {
   }
 };
 
+// Token magnitude: 1 by default; the "near fp16 max" config uses 4000 (values
+// up to the fp16 limit, clamped there, so rotations saturate and decoded
+// values reach +-65504).
+float g_token_scale = 1.0f;
+
 template <class T>
 void gen_tokens(std::mt19937_64& rng, std::vector<T>& out, bool nonfinite) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (auto& x : out) x = T(nd(rng) * (rng() % 16 == 0 ? 40.0f : 1.0f));
+  for (auto& x : out) {
+    const float f = nd(rng) * (rng() % 16 == 0 ? 40.0f : 1.0f) * g_token_scale;
+    x = T(std::min(std::max(f, -65504.0f), 65504.0f));
+  }
   if (nonfinite) out[rng() % out.size()] = T(NAN);
 }
 
@@ -368,6 +378,9 @@ int main(int argc, char** argv) {
                                   kvtile::rtn<>, kvtile::fp8_scales>;
     run_config<rh, kvtile::bfloat16_t>("randomized_hadamard k4v2_g64<128> bf16 in", 8, 3, false, 5, tiles);
     run_config<kivi<128, 32>, half_t>("kivi<128, G=32> (identity) f16 in, sink", 8, 2, true, 6, tiles);
+    g_token_scale = 4000.0f;
+    run_config<k4v4_g128<128>, half_t>("k4v4_g128<128> f16 in near fp16 max", 6, 2, false, 7, tiles);
+    g_token_scale = 1.0f;
   }
   // Host-side validation returns statuses before launch.
   {
