@@ -29,6 +29,17 @@
 // and is rejected by a static_assert; it would need X kept in registers across
 // several blocks or re-read and re-rotated from global memory for every pass.
 //
+// Register path. Where the side's matrix fits register_sinkhorn_shape and the
+// block has <= 512 threads (every Sinkhorn preset with D <= 128 at 512
+// threads; see fast_scales), the Sinkhorn (register_sinkhorn.cuh) AND the
+// scale and code stages run from registers in the same layout: X is read once more from x, column max |X|
+// by integer max (order free), Y = X / s^ stays in registers, the row range
+// is reduced per row by integer order keys (first-wins zero sign on a rare
+// path), and the codes are computed from registers into s_.codes. Other
+// shapes use the shared-memory stages (x holds Y between them). On both
+// paths the code uses quantize_rcp: a multiplication by the row's reciprocal
+// with a tie-zone check, falling back to the exact division (see there).
+//
 // Status (same values as the host):
 //  * success;
 //  * non_finite_input: NaN/Inf elements were replaced by 0; record written;
@@ -39,6 +50,7 @@
 // records written by encode.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -124,6 +136,15 @@ class block_tile_codec {
   using fast_shape = register_sinkhorn_shape<Key ? D : G, Key ? G : D, BLOCK_THREADS>;
   template <bool Key>
   static constexpr bool fast_sinkhorn = iterations > 0 && fast_shape<Key>::ok;
+  // Scale and code stages from registers (same layout) where the register
+  // Sinkhorn runs at <= 512 threads. Not without iterations (sinkhorn<0>,
+  // rotate_rtn: the shared path needs 64 registers against 111 for the
+  // register path, so it may keep 2 blocks per SM) and not at 1024 threads
+  // (64-register cap: the register path spills more there). Unmeasured.
+  template <bool Key>
+  static constexpr bool fast_scales = fast_sinkhorn<Key> && BLOCK_THREADS <= 512;
+  template <bool Key>
+  using side_regs = register_tile<Key ? D : G, Key ? G : D, BLOCK_THREADS>;
 
   // Shared state of the shared-memory Sinkhorn (the fallback).
   struct slow_sinkhorn_storage {
@@ -176,18 +197,22 @@ class block_tile_codec {
     load(key_loader);
     if (s_.flags & load_out_of_range) return status::out_of_range;  // uniform after load's sync
     sinkhorn<true>();
-    if (!scales<true, key_rounder>(s_.key)) return status::out_of_range;
-    make_codes<true, key_rounder>();
+    {
+      side_regs<true> ky;  // fast path: Y = X / s^ of the key side, in registers
+      if (!scales<true, key_rounder>(s_.key, ky.v)) return status::out_of_range;
+      make_codes<true, key_rounder>(ky.v);
+    }
     __syncthreads();
     load(value_loader);  // x is free again: the key codes are in s_.codes
     if (s_.flags & load_out_of_range) return status::out_of_range;
     sinkhorn<false>();
-    if (!scales<false, value_rounder>(s_.value)) return status::out_of_range;
+    side_regs<false> vy;  // fast path: Y of the value side, kept until s_.codes is free
+    if (!scales<false, value_rounder>(s_.value, vy.v)) return status::out_of_range;
     // Both sides succeeded: commit.
     write_fields<true>(s_.key, out);
     write_codes<config::key_bits, D * G>(out + layout::key_codes);
     __syncthreads();
-    make_codes<false, value_rounder>();
+    make_codes<false, value_rounder>(vy.v);
     __syncthreads();
     write_fields<false>(s_.value, out);
     write_codes<config::value_bits, D * G>(out + layout::value_codes);
@@ -403,40 +428,148 @@ class block_tile_codec {
   }
 
   // quantize_side's scale stage: column scale codes, row zeros and steps.
-  template <bool Key, class Rounder>
-  KVTILE_DEVICE bool scales(side_fields& st) {
+  // Fast path (fast_scales<Key>): X is read once into the register layout of
+  // register_sinkhorn.cuh and Y = X / s^ stays in `y` for make_codes; else the
+  // shared-memory path (x holds Y afterwards). `y` is unused on the slow path.
+  template <bool Key, class Rounder, class YRegs>
+  KVTILE_DEVICE bool scales(side_fields& st, YRegs& y) {
+    if constexpr (fast_scales<Key>) {
+      return scales_fast<Key, Rounder>(st, y);
+    } else {
+      col_lower_smem<Key>();
+      if (!col_codes<Key>(st)) return false;
+      row_ranges_smem<Key, Rounder>(st);
+      return row_codes<Key, Rounder>(st);
+    }
+  }
+
+  // Host: col_lower[c] = max(max_r |X[r][c]| / 65280, FLT_MIN).
+  KVTILE_DEVICE static float col_lower_of(float max_abs) {
+    return detail::fmax(detail::div(max_abs, max_normalized_magnitude), 1.17549435e-38f);
+  }
+
+  // Host: lo/hi of a row (first-wins min/max) -> clipped range, fp16 zero
+  // rounded down, required step. One thread per row.
+  template <class Rounder>
+  KVTILE_DEVICE void row_stats(side_fields& st, int r, float lo, float hi) {
+    Rounder::clipped_range(lo, hi, lo, hi);
+    const half_t z = half_round_down(lo);
+    st.zero[r] = z.bits();
+    const float zf = z.to_float();
+    s_.row_z[r] = zf;
+    s_.row_hi[r] = hi;
+    s_.row_need[r] = Rounder::required_scale(hi, zf);
+  }
+
+  // Register path of the scale stage (every thread; the tile is in s_.x).
+  template <bool Key, class Rounder, class YRegs>
+  KVTILE_DEVICE bool scales_fast(side_fields& st, YRegs& y) {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
+    using rs = register_sinkhorn<R, C, BLOCK_THREADS>;
+    constexpr int MR = rs::MR, JC = rs::JC, S = rs::S;
+    typename rs::storage* sm;
+    if constexpr (Key) sm = &s_.sk.key;
+    else sm = &s_.sk.value;
+    const int lane = lane_id();
+    rs::load(s_.x, Key ? 1 : XS, Key ? XS : 1, y);  // y = X for now
+    // Column lower bounds (one barrier inside).
+    {
+      const std::uint32_t m = rs::col_max_abs_bits(*sm, y);
+      if (rs::col_writer()) s_.col_lower[rs::col_own()] = col_lower_of(detail::float_from_bits(m));
+    }
+    __syncthreads();
+    if (!col_codes<Key>(st)) return false;
+    // Rows: Y = X / s^ (exact IEEE division, as the host), then the row range
+    // with detail::min_max's first-wins semantics: the extremes by integer
+    // order keys (order-free), and, where an extreme is zero (-0 and +0 both
+    // key 0), the sign of the row's lowest-index zero.
+    float ch[JC];
+#pragma unroll
+    for (int j = 0; j < JC; ++j) ch[j] = s_.col_hat[lane + 32 * j];
+    std::int32_t kmin[MR], kmax[MR];
+#pragma unroll
+    for (int a = 0; a < MR; ++a) {
+      kmin[a] = INT_MAX;
+      kmax[a] = INT_MIN;
+#pragma unroll
+      for (int j = 0; j < JC; ++j) {
+        y[a][j] = detail::div(y[a][j], ch[j]);
+        const std::int32_t k = detail::float_order_key(detail::float_bits(y[a][j]));
+        kmin[a] = k < kmin[a] ? k : kmin[a];
+        kmax[a] = k > kmax[a] ? k : kmax[a];
+      }
+    }
+    const std::int32_t lo_key =
+        rs::row_reduce_with(kmin, [](std::int32_t p, std::int32_t q) { return p < q ? p : q; });
+    const std::int32_t hi_key =
+        rs::row_reduce_with(kmax, [](std::int32_t p, std::int32_t q) { return p > q ? p : q; });
+    std::uint32_t zero_sign = 0u;
+    if (__any_sync(full_warp_mask, lo_key == 0 || hi_key == 0)) {  // rare; warp-uniform
+      // Key (c << 1 | sign) of the lowest-index zero of each row slot; the
+      // minimum over the row is its first zero (no zero: all ones).
+      std::uint32_t zk[MR];
+#pragma unroll
+      for (int a = 0; a < MR; ++a) {
+        zk[a] = 0xffffffffu;
+#pragma unroll
+        for (int j = JC - 1; j >= 0; --j) {
+          const std::uint32_t b = detail::float_bits(y[a][j]);
+          if ((b & 0x7fffffffu) == 0u) zk[a] = (static_cast<std::uint32_t>(lane + 32 * j) << 1) | (b >> 31);
+        }
+      }
+      const std::uint32_t first =
+          rs::row_reduce_with(zk, [](std::uint32_t p, std::uint32_t q) { return p < q ? p : q; });
+      zero_sign = (first & 1u) << 31;
+    }
+    if ((lane & ((32 >> S) - 1)) == 0) {  // one lane per row slot (its lowest)
+      const int r = warp_id() + WARPS * rs::row_slot();
+      row_stats<Rounder>(st, r, detail_warp::float_from_order_key(lo_key, zero_sign),
+                         detail_warp::float_from_order_key(hi_key, zero_sign));
+    }
+    __syncthreads();
+    return row_codes<Key, Rounder>(st);
+  }
+
+  // Shared-memory path: column lower bounds, one warp per column.
+  template <bool Key>
+  KVTILE_DEVICE void col_lower_smem() {
     constexpr int R = Key ? D : G, C = Key ? G : D;
     const int lane = lane_id();
-    // Column lower bounds: max |X| over the column (from +0, so never -0).
-    {
-      constexpr int per_warp = (C + WARPS - 1) / WARPS;
-      constexpr int K = per_warp < NB ? per_warp : NB;
-      constexpr bool even = C % WARPS == 0 && per_warp % K == 0;
-      for (int i0 = 0; i0 < per_warp; i0 += K) {  // K columns at once
-        float m[K];
+    constexpr int per_warp = (C + WARPS - 1) / WARPS;
+    constexpr int K = per_warp < NB ? per_warp : NB;
+    constexpr bool even = C % WARPS == 0 && per_warp % K == 0;
+    for (int i0 = 0; i0 < per_warp; i0 += K) {  // K columns at once
+      float m[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int c = warp_id() + WARPS * (i0 + k);
+        const int cc = (even || ((i0 + k) < per_warp && c < C)) ? c : 0;
+        m[k] = 0.0f;
+#pragma unroll
+        for (int r = lane; r < R; r += 32) {
+          const float x = X<Key>(r, cc);
+          m[k] = detail::fmax(m[k], x < 0 ? -x : x);
+        }
+        m[k] = warp_fmax(m[k]);
+      }
+      if (lane == 0) {
 #pragma unroll
         for (int k = 0; k < K; ++k) {
           const int c = warp_id() + WARPS * (i0 + k);
-          const int cc = (even || ((i0 + k) < per_warp && c < C)) ? c : 0;
-          m[k] = 0.0f;
-#pragma unroll
-          for (int r = lane; r < R; r += 32) {
-            const float x = X<Key>(r, cc);
-            m[k] = detail::fmax(m[k], x < 0 ? -x : x);
-          }
-          m[k] = warp_fmax(m[k]);
-        }
-        if (lane == 0) {
-#pragma unroll
-          for (int k = 0; k < K; ++k) {
-            const int c = warp_id() + WARPS * (i0 + k);
-            if (even || ((i0 + k) < per_warp && c < C))
-              s_.col_lower[c] = detail::fmax(detail::div(m[k], max_normalized_magnitude), 1.17549435e-38f);
-          }
+          if (even || ((i0 + k) < per_warp && c < C)) s_.col_lower[c] = col_lower_of(m[k]);
         }
       }
     }
     __syncthreads();
+  }
+
+  // Column scale codes from best_col and col_lower (both paths): vector
+  // scale, nearest code raised to cover col_lower; col_hat. Ends with a
+  // barrier; false (in every thread) when a code cannot be stored.
+  template <bool Key>
+  KVTILE_DEVICE bool col_codes(side_fields& st) {
+    constexpr int C = Key ? G : D;
+    const int lane = lane_id();
     float vmax = 0.0f;
     for (int c = lane; c < C; c += 32) vmax = detail::fmax(vmax, detail::fmax(s_.best_col[c], s_.col_lower[c]));
     vmax = warp_fmax(vmax);  // every warp computes it (cheap), no broadcast needed
@@ -450,8 +583,14 @@ class block_tile_codec {
     }
     if (threadIdx.x == 0) st.col_vs = col_vs;
     __syncthreads();
-    if (s_.fail) return false;
-    // Rows: range (first-wins min/max), fp16 zero rounded down, required step.
+    return !s_.fail;
+  }
+
+  // Shared-memory path: rows, one warp per row (K rows at once); x := Y.
+  template <bool Key, class Rounder>
+  KVTILE_DEVICE void row_ranges_smem(side_fields& st) {
+    constexpr int R = Key ? D : G, C = Key ? G : D;
+    const int lane = lane_id();
     constexpr int J = C / 32;
     constexpr int per_warp = (R + WARPS - 1) / WARPS;
     constexpr int K = per_warp < NB ? per_warp : NB;
@@ -476,18 +615,18 @@ class block_tile_codec {
         for (int k = 0; k < K; ++k) {
           const int r = warp_id() + WARPS * (i0 + k);
           if (!(even || ((i0 + k) < per_warp && r < R))) continue;
-          float l = lo[k], h = hi[k];
-          Rounder::clipped_range(l, h, l, h);
-          const half_t z = half_round_down(l);
-          st.zero[r] = z.bits();
-          const float zf = z.to_float();
-          s_.row_z[r] = zf;
-          s_.row_hi[r] = h;
-          s_.row_need[r] = Rounder::required_scale(h, zf);
+          row_stats<Rounder>(st, r, lo[k], hi[k]);
         }
       }
     }
     __syncthreads();
+  }
+
+  // Row step codes from row_need / row_hi / row_z (both paths); row_a.
+  template <bool Key, class Rounder>
+  KVTILE_DEVICE bool row_codes(side_fields& st) {
+    constexpr int R = Key ? D : G;
+    const int lane = lane_id();
     float need_max = 0.0f;
     for (int r = lane; r < R; r += 32) need_max = detail::fmax(need_max, s_.row_need[r]);
     need_max = warp_fmax(need_max);
@@ -505,16 +644,71 @@ class block_tile_codec {
     return !s_.fail;
   }
 
-  // Codes of the side, row-major R x C bytes in s_.codes.
-  template <bool Key, class Rounder>
-  KVTILE_DEVICE void make_codes() {
+  // 1 / scale where quantize_rcp may use it: scale in [2^-126, 2^126] (so
+  // the reciprocal is a correctly rounded NORMAL float); else NaN, which
+  // sends every element of the row to the exact Rounder::quantize.
+  KVTILE_DEVICE static float quantize_reciprocal(float scale) {
+    const std::uint32_t b = detail::float_bits(scale);
+    return (b >= 0x00800000u && b <= 0x7e800000u) ? detail::div(1.0f, scale) : __int_as_float(0x7fffffff);
+  }
+
+  // Rounder::quantize(y, scale, zero), bit for bit, with a multiplication by
+  // inv = quantize_reciprocal(scale) instead of the division where that
+  // cannot change the code. Only the code matters, not the quotient:
+  // t = (y - zero) / scale (real), qr = RN(t) the host's quotient, q =
+  // RN((y - zero) * inv). With u = 2^-24, inv = (1/scale)(1 + e1), |e1| <= u,
+  // so |q - qr| <= 3.01 u |t| + 2^-125 (the last term covers subnormal
+  // results, also under flush-to-zero).
+  //  * |t| <= 2^10: |q - qr| < 1.9e-4 < 2^-12. The fast path requires
+  //    |q - rint(q)| <= 1/2 - 2^-12 (the subtraction is exact: Sterbenz, or
+  //    q integral), so qr lies strictly inside (k - 1/2, k + 1/2) with
+  //    k = rint(q): rint(qr) = k (no tie). The clamp then agrees (a -0/+0
+  //    difference converts to the same code 0).
+  //  * |t| > 2^10 >= 4 (qmax + 1): q and qr have the sign of t and both
+  //    magnitudes exceed qmax + 1/2, so both clamp to 0 or to qmax.
+  // Anything else (near a tie, q = +-Inf, inv = NaN) takes the exact path.
+  template <class Rounder>
+  KVTILE_DEVICE static std::uint32_t quantize_rcp(float y, float scale, float inv, float zero) {
+    static_assert(Rounder::qmax <= 255, "quantize_rcp: the bound 2^10 assumes qmax + 1 <= 2^10");
+    const float q = detail::mul(detail::sub(y, zero), inv);
+    const float k = detail::rint(q);
+    if (fabsf(detail::sub(q, k)) <= 0.5f - 0x1p-12f)  // false for NaN
+      return static_cast<std::uint32_t>(detail::clamp(k, 0.0f, static_cast<float>(Rounder::qmax)));
+    return Rounder::quantize(y, scale, zero);
+  }
+
+  // Codes of the side, row-major R x C bytes in s_.codes. Fast path: from
+  // the registers y (Y in the register layout); else from x (holds Y).
+  template <bool Key, class Rounder, class YRegs>
+  KVTILE_DEVICE void make_codes(const YRegs& y) {
     constexpr int R = Key ? D : G, C = Key ? G : D;
     const int lane = lane_id();
-    for (int r = warp_id(); r < R; r += WARPS) {
-      const float a = s_.row_a[r], z = s_.row_z[r];
+    if constexpr (fast_scales<Key>) {
+      using rs = register_sinkhorn<R, C, BLOCK_THREADS>;
+      constexpr int MR = rs::MR, JC = rs::JC;
+      // The own row slot's step, zero and reciprocal, broadcast per register.
+      const int s = rs::row_slot();
+      const int r_own = warp_id() + WARPS * s;
+      const float a_own = s_.row_a[r_own];
+      float av[MR], zv[MR], iv[MR];
+      rs::row_broadcast(a_own, av);
+      rs::row_broadcast(s_.row_z[r_own], zv);
+      rs::row_broadcast(quantize_reciprocal(a_own), iv);
 #pragma unroll
-      for (int c = lane; c < C; c += 32)  // x holds Y (written by scales)
-        s_.codes[r * C + c] = static_cast<std::uint8_t>(Rounder::quantize(X<Key>(r, c), a, z));
+      for (int a = 0; a < MR; ++a) {
+        const int r = warp_id() + WARPS * (a ^ s);
+#pragma unroll
+        for (int j = 0; j < JC; ++j)
+          s_.codes[r * C + lane + 32 * j] =
+              static_cast<std::uint8_t>(quantize_rcp<Rounder>(y[a][j], av[a], iv[a], zv[a]));
+      }
+    } else {
+      for (int r = warp_id(); r < R; r += WARPS) {
+        const float a = s_.row_a[r], z = s_.row_z[r], inv = quantize_reciprocal(a);
+#pragma unroll
+        for (int c = lane; c < C; c += 32)  // x holds Y (written by scales)
+          s_.codes[r * C + c] = static_cast<std::uint8_t>(quantize_rcp<Rounder>(X<Key>(r, c), a, inv, z));
+      }
     }
   }
 

@@ -3,7 +3,9 @@
 // REGISTERS of a whole thread block, bit-identical to the host.
 //
 // Used by block_tile_codec (block_tile_codec.cuh) when the side's matrix
-// M[R x C] fits: see register_sinkhorn_shape::ok. CUDA only (.cuh).
+// M[R x C] fits: see register_sinkhorn_shape::ok. The codec's scale and code
+// stages use the same layout (load, row_broadcast, row_reduce_with,
+// col_max_abs_bits, register_tile). CUDA only (.cuh).
 //
 // Register layout. With W = BLOCK_THREADS / 32 warps, MR = R / W and
 // JC = C / 32, thread (warp w, lane l) holds the MR x JC elements
@@ -110,6 +112,60 @@ struct register_sinkhorn {
   // Row slot owned by this lane (the slot of register 0).
   KVTILE_DEVICE static int row_slot() { return S == 0 ? 0 : lane_id() >> (5 - S); }
 
+  // out[a] = the own-row value of the lane owning register a's row slot.
+  KVTILE_DEVICE static void row_broadcast(float own, float (&out)[MR]) {
+    out[0] = own;
+#pragma unroll
+    for (int a = 1; a < MR; ++a) out[a] = __shfl_xor_sync(full_warp_mask, own, a << (5 - S));
+  }
+
+  // Helpers of the register scale / code stages (block_tile_codec). Unlike the
+  // sums above, the reductions below are ORDER-FREE (integer min / max), so
+  // any pairing gives the host's result.
+
+  // v[a]: this lane's value for row slot a ^ s (already reduced over its JC
+  // columns). Returns op over the whole row of the lane's own row slot s,
+  // in every lane (reduce-scatter + butterflies, as row_reduce).
+  template <class T, class Op>
+  KVTILE_DEVICE static T row_reduce_with(T (&v)[MR], Op op) {
+    scatter_stages_with<0>(v, op);
+    T r = v[0];
+#pragma unroll
+    for (int b = 16 >> S; b >= 1; b /= 2) r = op(r, __shfl_xor_sync(full_warp_mask, r, b));
+    return r;
+  }
+
+  // Owned column (t / Q) and whether this thread is its single writer.
+  KVTILE_DEVICE static int col_own() { return static_cast<int>(threadIdx.x) / Q; }
+  KVTILE_DEVICE static bool col_writer() { return static_cast<int>(threadIdx.x) % Q == 0; }
+
+  // Bits of max |x| over the R rows of the owned column, in its Q owners
+  // (+0 -> 0). For non-NaN floats, unsigned order of (bits & 0x7fffffff) is
+  // the order of |x|, and the host's fmax chain from +0 ends with the largest
+  // magnitude as a non-negative float (-0 never wins against +0), so this is
+  // the host's value bit for bit. Contains one block barrier; sm.part is
+  // reused (the caller must have synchronized after the last run()).
+  KVTILE_DEVICE static std::uint32_t col_max_abs_bits(storage& sm, const float (&x)[MR][JC]) {
+    float p[JC];
+#pragma unroll
+    for (int j = 0; j < JC; ++j) {
+      std::uint32_t m = 0u;
+#pragma unroll
+      for (int a = 0; a < MR; ++a) m = umax(m, detail::float_bits(x[a][j]) & 0x7fffffffu);
+      p[j] = detail::float_from_bits(m);  // bits travel unchanged through shared memory
+    }
+    col_publish(sm, p);
+    __syncthreads();
+    const int t = static_cast<int>(threadIdx.x);
+    const int c = t / Q, q = t % Q;
+    std::uint32_t m = 0u;
+#pragma unroll
+    for (int i = 0; i < JC; ++i) m = umax(m, detail::float_bits(sm.part[(q + Q * i) * CS + c]));
+#pragma unroll
+    for (int b = Q / 2; b >= 1; b /= 2) m = umax(m, __shfl_xor_sync(full_warp_mask, m, b));
+    return m;
+  }
+
   // sinkhorn<Iterations>::run on the side's matrix M[r][c] = tile[r * rs + c * cs]
   // (shared memory, read-only here). The iterate cur lives in registers; X is
   // re-read from the tile at each rescale (keeping it in registers too would
@@ -185,6 +241,17 @@ struct register_sinkhorn {
     }
   }
 
+  template <int St, class T, class Op>
+  KVTILE_DEVICE static void scatter_stages_with(T (&v)[MR], Op op) {
+    if constexpr (St < S) {
+      constexpr int H = MR >> (St + 1);
+#pragma unroll
+      for (int a = 0; a < H; ++a) v[a] = op(v[a], __shfl_xor_sync(full_warp_mask, v[a + H], 16 >> St));
+      scatter_stages_with<St + 1>(v, op);
+    }
+  }
+  KVTILE_DEVICE static std::uint32_t umax(std::uint32_t a, std::uint32_t b) { return a > b ? a : b; }
+
   // v[a]: this lane's partial of row slot a ^ s over its positions. Returns the
   // full canonical row sum of the lane's own row slot s (see the file comment).
   KVTILE_DEVICE static float row_reduce(float (&v)[MR]) {
@@ -193,13 +260,6 @@ struct register_sinkhorn {
 #pragma unroll
     for (int b = 16 >> S; b >= 1; b /= 2) s = detail::add(s, __shfl_xor_sync(full_warp_mask, s, b));
     return s;
-  }
-
-  // out[a] = the own-row value of the lane owning register a's row slot.
-  KVTILE_DEVICE static void row_broadcast(float own, float (&out)[MR]) {
-    out[0] = own;
-#pragma unroll
-    for (int a = 1; a < MR; ++a) out[a] = __shfl_xor_sync(full_warp_mask, own, a << (5 - S));
   }
 
   // cur = mul(mul(X, rc[c]), rr[r]) (host order, sinkhorn.hpp rescale).
@@ -367,6 +427,17 @@ struct register_sinkhorn_storage {
 template <int R, int C, int BLOCK_THREADS>
 struct register_sinkhorn_storage<R, C, BLOCK_THREADS, true> {
   using type = typename register_sinkhorn<R, C, BLOCK_THREADS>::storage;
+};
+
+// Per-thread registers of one side's tile in the register layout (float
+// v[MR][JC]) where the shape is supported, else a 1 x 1 placeholder.
+template <int R, int C, int BLOCK_THREADS, bool = register_sinkhorn_shape<R, C, BLOCK_THREADS>::ok>
+struct register_tile {
+  float v[1][1];
+};
+template <int R, int C, int BLOCK_THREADS>
+struct register_tile<R, C, BLOCK_THREADS, true> {
+  float v[register_sinkhorn_shape<R, C, BLOCK_THREADS>::MR][register_sinkhorn_shape<R, C, BLOCK_THREADS>::JC];
 };
 
 }  // namespace kvtile::device
