@@ -87,6 +87,18 @@ KVTILE_DEVICE std::uint32_t half2_bits(float lo, float hi) {
 // 8 consecutive channels of one token -> one 16-byte store (dst 16-byte
 // aligned). Written as PTX: through a uint4 lvalue the front end may split
 // the store into four 4-byte ones.
+// The 8 floats of two float4 (shared-memory chunks) as one array.
+KVTILE_DEVICE void unpack8(const float4& lo, const float4& hi, float (&v)[8]) {
+  v[0] = lo.x;
+  v[1] = lo.y;
+  v[2] = lo.z;
+  v[3] = lo.w;
+  v[4] = hi.x;
+  v[5] = hi.y;
+  v[6] = hi.z;
+  v[7] = hi.w;
+}
+
 KVTILE_DEVICE void store8(half_t* dst, const float (&x)[8]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(half2_bits(x[0], x[1])),
                "r"(half2_bits(x[2], x[3])), "r"(half2_bits(x[4], x[5])), "r"(half2_bits(x[6], x[7])));
@@ -395,15 +407,7 @@ struct page_decoder {
 #pragma unroll
           for (int q = 0; q < Q; ++q) {
             const int c = 2 * (p + P * q);
-            const float4 lo = s.x[x_chunk(r, c)], hi = s.x[x_chunk(r, c + 1)];
-            v[q][0] = lo.x;
-            v[q][1] = lo.y;
-            v[q][2] = lo.z;
-            v[q][3] = lo.w;
-            v[q][4] = hi.x;
-            v[q][5] = hi.y;
-            v[q][6] = hi.z;
-            v[q][7] = hi.w;
+            unpack8(s.x[x_chunk(r, c)], s.x[x_chunk(r, c + 1)], v[q]);
           }
           inverse_fwht(v, p);
           store_row(base + RPASS * rr * D, v);
@@ -498,15 +502,7 @@ struct page_decoder {
     auto load_c = [&] {
 #pragma unroll
       for (int q = 0; q < Q; ++q) {
-        const float4 lo = s.t.value_c[2 * (p + P * q)], hi = s.t.value_c[2 * (p + P * q) + 1];
-        c[q][0] = lo.x;
-        c[q][1] = lo.y;
-        c[q][2] = lo.z;
-        c[q][3] = lo.w;
-        c[q][4] = hi.x;
-        c[q][5] = hi.y;
-        c[q][6] = hi.z;
-        c[q][7] = hi.w;
+        unpack8(s.t.value_c[2 * (p + P * q)], s.t.value_c[2 * (p + P * q) + 1], c[q]);
       }
     };
     if constexpr (!rotate) load_c();
