@@ -75,6 +75,11 @@ if want build; then
     nv build_attn/bench_attention_${v%%:*} bench/device/attention.cu $(echo "${v#*:}" | tr ',' ' ') \
       > "$OUT/build/bench_attention_${v%%:*}.log" 2>&1 & pids+=($!)
   done
+  # ATTN_TEST_VARIANTS="name:-DFLAG=1 ...": the attention API test built with other flags too
+  for v in ${ATTN_TEST_VARIANTS:-}; do
+    nv build_attn/attention_${v%%:*} tests/device/attention.cu $(echo "${v#*:}" | tr ',' ' ') \
+      > "$OUT/build/attention_${v%%:*}.log" 2>&1 & pids+=($!)
+  done
   nv build_attn/paged_decode examples/paged_decode/main.cu > "$OUT/build/paged_decode.log" 2>&1 & pids+=($!)
   nv build/gpu/soak tests/device/soak.cu > "$OUT/build/soak.log" 2>&1 & pids+=($!)
   nv build/gpu/numeric tests/device/numeric.cu > "$OUT/build/numeric.log" 2>&1 & pids+=($!)
@@ -158,6 +163,10 @@ if want test; then
   done
   run_logged "$OUT/test/attention.log" build_attn/attention || rc=1
   say "attention: $(grep -E 'passed' "$OUT/test/attention.log" | tail -n 1) ($(tail -n 1 "$OUT/test/attention.log"))"
+  for v in ${ATTN_TEST_VARIANTS:-}; do
+    run_logged "$OUT/test/attention_${v%%:*}.log" build_attn/attention_${v%%:*} || rc=1
+    say "attention_${v%%:*} (${v#*:}): $(grep -E 'passed' "$OUT/test/attention_${v%%:*}.log" | tail -n 1)"
+  done
   run_logged "$OUT/test/example.log" build_attn/paged_decode || rc=1
   say "example: $(tail -n 1 "$OUT/test/example.log")"
   spids=()

@@ -15,8 +15,10 @@
 // Structure: grid (split, KV head x query group, sequence); a query group is up
 // to 8 query heads of one KV head (the MMA's N). Each ring of (usually) two
 // warps takes whole tiles (a record, the sink or the tail; each warp half of
-// the tile's tokens), fetched by one cp.async.bulk per record into the ring's
-// shared-memory stages (full/empty mbarriers); QK and PV run on
+// the tile's tokens), fetched by cp.async.bulk into the ring's shared-memory
+// stages (full/empty mbarriers; one copy per record; -DKVTILE_ATTENTION_SWIZZLE=1
+// copies it in padded pieces so that the per-tile loads are free of bank
+// conflicts, detail/tile_layout.cuh, measured slower); QK and PV run on
 // mma.sync m16n8k16 with codes converted in registers; the scales are folded
 // out of the inner loop; the softmax is online in fp32. Warps merge in shared
 // memory, splits merge by log-sum-exp in a second kernel that also un-rotates.
@@ -39,6 +41,7 @@
 #include "../rotation/hadamard.hpp"
 #include "../status.hpp"
 #include "detail/fragments.cuh"
+#include "detail/tile_layout.cuh"
 #include "fp16_paged_cache.hpp"
 
 namespace kvtile::attention {
@@ -114,6 +117,21 @@ constexpr int warps_for() {
   return w >= 8 ? 8 : (w < 1 ? 1 : static_cast<int>(w));
 }
 
+// The largest ring count <= R whose plan (stages of StageBytes) fits the SM's
+// 227 KB (warps_for keeps 8 KB of slack; the padded stages of tile_layout.cuh
+// need part of it: k4v2_g128 D = 128 fp8 keeps 8 rings with 224,128 of 232,448
+// bytes). See quant_swizzled.
+template <int D, int Stages, std::size_t StageBytes, bool KeepQn, int R>
+constexpr int fit_rings() {
+  if constexpr (R <= 1) {
+    return 1;
+  } else if constexpr (smem_plan<D, R, Stages, StageBytes, R, KeepQn>::bytes <= 227 * 1024) {
+    return R;
+  } else {
+    return fit_rings<D, Stages, StageBytes, KeepQn, R - 1>();
+  }
+}
+
 // The QK B operand (the scaled query) is split into fp16 hi + lo parts and run
 // as two MMAs: one fp16 rounding of the query costs ~2^-12 relative per score,
 // which at realistic score ranges is ~1e-3 in the output (measured); hi + lo
@@ -165,8 +183,9 @@ KVTILE_DEVICE constexpr int qf_index(int kk, int r, int t) { return (kk * max_gr
 
 // Rotates (FWHT), scales and normalizes the CTA's query rows into shared memory:
 // qn[row][d] = (q H)[d] * scale * log2(e) / nf[row], nf[row] a power of two with
-// max |qn[row]| in [1, 2). Rows past the group are zero.
-template <class QT, int D, int W, bool Rotate, bool KeepQn>
+// max |qn[row]| in [1, 2). Rows past the group are zero. The fragments qf follow
+// the QK channel order key_order<D, Swz> (tile_layout.cuh).
+template <class QT, int D, int W, bool Rotate, bool KeepQn, bool Swz>
 KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg, float* qn, float* nf, uint4* qf) {
   constexpr int q_stride = D + 16;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -199,15 +218,25 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
     if (amax > 0.0f) frexpf(amax, &e);  // amax in [2^(e-1), 2^e)
     const int k = amax > 0.0f ? e - 1 : 0;
     __syncwarp();
-    for (int d = lane; d < D; d += 32) v[d] = ldexpf(v[d], -k);
+    if constexpr (KeepQn && Swz) {  // kept rows are padded (key_order::qpad) for the per-tile k-step reads
+      float x[D / 32];
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) x[i] = ldexpf(v[lane + 32 * i], -k);
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) v[key_order<D, Swz>::qpad(lane + 32 * i)] = x[i];
+    } else {
+      for (int d = lane; d < D; d += 32) v[d] = ldexpf(v[d], -k);
+    }
     if (lane == 0) nf[row] = ldexpf(1.0f, k);
     __syncwarp();
     // The row's QK B fragments (fp16 hi, lo of 4 channels per (k-step, t)), made once per CTA.
     for (int u = lane; KeepQn && u < D / 4; u += 32) {
-      const float4 x = *reinterpret_cast<const float4*>(v + 4 * u);
+      const float4 x = *reinterpret_cast<const float4*>(v + key_order<D, Swz>::qpad(4 * u));
       std::uint32_t b[4] = {0u, 0u, 0u, 0u};
       split_b(x.x, x.y, x.z, x.w, b);
-      qf[qf_index(u / 4, row, u % 4)] = make_uint4(b[0], b[1], b[2], b[3]);
+      qf[qf_index(key_order<D, Swz>::unit_kk(u), row, key_order<D, Swz>::unit_t(u))] =
+          make_uint4(b[0], b[1], b[2], b[3]);
     }
   }
   if constexpr (!KeepQn) {  // qf overlays qn: read every row, then write the fragments
@@ -229,13 +258,14 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
     for (int k = 0; k < per; ++k) {
       const int u = threadIdx.x + k * W * 32;
       const int row = u / (D / 4), g = u % (D / 4);
-      if (u < units) qf[qf_index(g / 4, row, g % 4)] = f[k];
+      if (u < units) qf[qf_index(key_order<D, Swz>::unit_kk(g), row, key_order<D, Swz>::unit_t(g))] = f[k];
     }
   }
 }
 
 // Per-warp online-softmax state; thread (r = lane/4, t = lane%4) holds queries
-// 2t, 2t+1 and output channels (D/8) r + 2m + h, m < D/16, h < 2.
+// 2t, 2t+1 and output channels out_order<D, Swz>::chan(r, m, h), m < D/16,
+// h < 2 ((D/8) r + 2m + h without Swz; tile_layout.cuh).
 template <int D>
 struct warp_state {
   float m[2];
@@ -305,19 +335,22 @@ KVTILE_DEVICE void p_to_b(const float (&s)[GM][4], std::uint32_t (&b0)[GM], std:
 // ---------------------------------------------------------------- fp16 tile
 // K, V: GT x D fp16, token-major (shared or global memory); tokens >= n_valid
 // are masked (their V is never read). H warps share the tile: warp `sub` takes
-// the MMA token blocks i in [sub * GM / H, (sub + 1) * GM / H).
-template <int D, int GT, int H = 1>
+// the MMA token blocks i in [sub * GM / H, (sub + 1) * GM / H). Swz: the QK
+// channel and PV output orders of the quantized tiles (tile_layout.cuh; the
+// tile's own token order is free, it does not outlive the tile).
+template <int D, int GT, int H = 1, bool Swz = false>
 KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const uint4* qf,
                              const float (&nfq)[2], warp_state<D>& st, int sub = 0) {
-  constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16, ED = D / 8, MC = (D / 16) < 8 ? (D / 16) : 8,
-                NCH = (D / 16) / MC, CE = 2 * MC;
+  using OO = out_order<D, Swz>;
+  constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16,
+                MC = OO::OC > 1 ? OO::MCo : ((D / 16) < 8 ? (D / 16) : 8), NCH = (D / 16) / MC, CE = 2 * MC;
   const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
   float s[GM][4];
 #pragma unroll
   for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
-    const int c0 = 16 * kk + 4 * t;
+    const int c0 = key_order<D, Swz>::chan0(kk, t);
     const uint4 bq = qf[qf_index(kk, r, t)];
     const std::uint32_t b[4] = {bq.x, bq.y, bq.z, bq.w};
 #pragma unroll
@@ -354,7 +387,8 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         if (toks[u] < n_valid) {
-          load_words<2 * CE>(reinterpret_cast<const std::uint8_t*>(V + toks[u] * D + ED * r + ch * CE), w[u]);
+          load_words<2 * CE>(reinterpret_cast<const std::uint8_t*>(V + toks[u] * D + OO::template run<NCH, CE>(ch, r)),
+                             w[u]);
         } else {
 #pragma unroll
           for (int x = 0; x < CE / 2; ++x) w[u][x] = 0u;
@@ -416,6 +450,26 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
   return ldexpf(1.0f, 9 - e);
 }
 
+// fp16_field_norm over the D entries of a field stored as 4 quarters of D/4
+// entries, quarter k at p + k * qstride bytes (qstride = 0: contiguous).
+KVTILE_DEVICE float fp16_field_norm_quartered(const std::uint8_t* p, std::size_t qstride, int n) {
+  if (qstride == 0) return fp16_field_norm(p, n);
+  float amax = 0.0f;
+  const int q = n / 4;
+  for (int i = threadIdx.x & 31; i < n; i += 32) {
+    float lo, hi;
+    const std::uint8_t* e = p + (i / q) * qstride + 2 * (i % q);
+    half2_to_float2(static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(e)), lo, hi);
+    amax = fmaxf(amax, fabsf(lo));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!(amax > 0.0f)) return 1.0f;
+  int e;
+  frexpf(amax, &e);
+  return ldexpf(1.0f, 9 - e);
+}
+
 // Warps per record: two when each half of a thread's token run is a whole
 // number of 16-bit code chunks (halves the per-warp tile state, so twice the
 // warps fit in the register file).
@@ -427,34 +481,64 @@ constexpr int warps_per_record() {
   return KVTILE_ATTENTION_PAIR && (Config::tile_tokens / 16) % 2 == 0 && (Config::tile_tokens / 16) * Config::key_bits % 16 == 0 ? 2 : 1;
 }
 
+// Whether the quantized kernel of (Config, Packer) uses the conflict-free stage
+// layout (tile_layout.cuh): with KVTILE_ATTENTION_SWIZZLE, unless its padding
+// would cost a ring (a record in flight per stage pair) under the 227 KB of
+// shared memory; of the presets only k4v2_g128 D = 256 fp16_scales (4 rings,
+// 256 bytes to spare) keeps the previous layout.
+template <class Config, class Packer, int Stages>
+constexpr bool quant_swizzled() {
+  if constexpr (!conflict_free_layout) {
+    return false;
+  } else {
+    constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages>();
+    using SL = stage_layout<Config, Packer, warps_per_record<Config>(), true>;
+    return fit_rings<Config::head_dim, Stages, SL::bytes, keep_qn<Packer>(), r0>() == r0;
+  }
+}
+
 // One record, or the part sub (of H) of it: MMA token blocks i in
-// [sub * GM / H, (sub + 1) * GM / H).
-template <class Config, class Packer, int H>
+// [sub * GM / H, (sub + 1) * GM / H). `rec` is the stage, laid out by
+// stage_layout<..., Swz> (tile_layout.cuh: code pieces with padding so that
+// every code load is free of bank conflicts; Swz = false: the record as is).
+//
+// Who reads what (lane = 4 r + t; E = G/8 tokens per row group, EH = E/H):
+//  - QK, tokens on M: lane r owns the EH key tokens token_base(r, sub) ..
+//    + EH - 1 (MMA block i: M-row r = token base + 2i, row r + 8 = base + 2i + 1);
+//    lane t owns channels chan0(kk, t) .. + 3 at k-step kk (key_order).
+//  - PV, tokens on K: lane t's tokens are those of M-rows 2t, 2t+1 (+8) of the
+//    QK blocks (movmatrix): tA = token_base(2t) + 2i, tB = token_base(2t+1) + 2i,
+//    tA + 1, tB + 1; lane r owns the output channels out_order::run(ch, r) ..
+//    + CE - 1 of chunk ch.
+template <class Config, class Packer, int H, bool Swz>
 KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const uint4* qf, const float (&nfq)[2],
                               warp_state<Config::head_dim>& st, int sub) {
-  using L = typename Packer::template layout<Config>;
+  using SL = stage_layout<Config, Packer, H, Swz>;
+  using KO = key_order<Config::head_dim, Swz>;
+  using OO = out_order<Config::head_dim, Swz>;
   constexpr bool fp8 = std::is_same_v<Packer, fp8_scales>;
   constexpr int D = Config::head_dim, G = Config::tile_tokens, KB = Config::key_bits, VB = Config::value_bits;
-  // E: tokens per 8-row group of the full tile; EH, GM: this warp's share.
-  constexpr int E = G / 8, EH = E / H, GM = G / 16 / H, KT = D / 16, ED = D / 8, MC = (D / 16) < 4 ? (D / 16) : 4,
-                NCH = (D / 16) / MC, CE = 2 * MC;
+  // EH, GM: this warp's share of a row group's tokens / of the MMA token blocks.
+  constexpr int EH = SL::EH, GM = G / 16 / H, KT = D / 16, MC = (D / 16) < 4 ? (D / 16) : 4, NCH = (D / 16) / MC,
+                CE = 2 * MC;
   constexpr int q_stride = D + 16;
-  constexpr int krow = G * KB / 8, ksb = E * KB / 8, ksh = EH * KB / 8, vrow = D * VB / 8, vsb = CE * VB / 8;
+  constexpr int krow = G * KB / 8, ksh = EH * KB / 8, vrow = D * VB / 8, vsb = CE * VB / 8;
   constexpr int kwords = ksh >= 4 ? ksh / 4 : 1, vwords = vsb >= 4 ? vsb / 4 : 1;
+  constexpr int sb = fp8 ? 1 : 2;  // bytes per scale entry
   constexpr float vmid = static_cast<float>(1 << (VB - 1));  // value codes are converted centered: x - vmid
   const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
-  const int tok0 = E * r + EH * sub;  // first token of this thread's key/scale run
+  const int tok0 = SL::token_base(r, sub);  // first token of this thread's key/scale run
 
   float vs_ak, vs_t, vs_c, vs_av, f_k = 1.0f, f_v = 1.0f;
   if constexpr (fp8) {
-    const float4 vs = *reinterpret_cast<const float4*>(rec + L::vector_scales);
+    const float4 vs = *reinterpret_cast<const float4*>(rec + SL::vector_scales_s);
     vs_ak = vs.x;  // vector_field order: key_scale, key_token_scale, value_channel_scale, value_scale
     vs_t = vs.y;
     vs_c = vs.z;
     vs_av = vs.w;
   } else {
-    f_k = fp16_field_norm(rec + L::key_scale, D);
-    f_v = fp16_field_norm(rec + L::value_scale, G);
+    f_k = fp16_field_norm_quartered(rec + SL::key_scale_s, SL::key_scale_q, D);
+    f_v = fp16_field_norm(rec + SL::value_scale_s, G);
     vs_ak = 1.0f / f_k;
     vs_av = 1.0f / f_v;
     vs_t = 1.0f;
@@ -465,7 +549,11 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   float s[GM][4];
 #pragma unroll
   for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-  const std::uint8_t* kc = rec + L::key_codes + r * ksb + sub * ksh;
+  // This lane's quarter of the key rows (at its token run), of a_K and of z_K;
+  // channel chan0(kk, t) is row / entry cw = chan0 - first(t) of the quarter.
+  const std::uint8_t* kc = rec + SL::key_codes_s + t * SL::key_codes_q + tok0 * KB / 8;
+  const std::uint8_t* ka = rec + SL::key_scale_s + t * SL::key_scale_q;
+  const std::uint8_t* kz = rec + SL::key_zero_s + t * SL::key_zero_q;
   float bq0, bq1;  // beta = sum_d q z for queries 2t, 2t+1
   if constexpr (fp8 && fold_key_scale) {
     // The E4M3 key scale goes into the code conversion (exact, a / 8 per code, see
@@ -479,15 +567,15 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
 #endif
     for (int kk = 0; kk < KT; ++kk) {
-      const int c0 = 16 * kk + 4 * t;
+      const int cw = KO::chan0(kk, t) - KO::first(t);  // 4 channels: rows / entries cw .. cw + 3 of the quarter
       const uint4 bq = qf[qf_index(kk, r, t)];
-      const std::uint32_t aw = *reinterpret_cast<const std::uint32_t*>(rec + L::key_scale + c0);
-      const uint2 zw = *reinterpret_cast<const uint2*>(rec + L::key_zero + 2 * c0);
+      const std::uint32_t aw = *reinterpret_cast<const std::uint32_t*>(ka + cw);
+      const uint2 zw = *reinterpret_cast<const uint2*>(kz + 2 * cw);
       mma_f16(bacc, zw.x, zw.x, zw.y, zw.y, bq.x, bq.y);
       if constexpr (split_query) mma_f16(bacc, zw.x, zw.x, zw.y, zw.y, bq.z, bq.w);
       std::uint32_t x[4][kwords];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (c0 + u) * krow, x[u]);
+      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (cw + u) * krow, x[u]);
       std::uint32_t r01[EH], r23[EH];
       pair_convert_scaled<KB, EH>(x[0], x[1], e4m3x2_to_half2(static_cast<std::uint16_t>(aw)), r01);
       pair_convert_scaled<KB, EH>(x[2], x[3], e4m3x2_to_half2(static_cast<std::uint16_t>(aw >> 16)), r23);
@@ -508,11 +596,11 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
 #endif
     for (int kk = 0; kk < KT; ++kk) {
-      const int c0 = 16 * kk + 4 * t;
-      const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + c0);
+      const int c0 = KO::chan0(kk, t), cw = c0 - KO::first(t);
+      const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + KO::qpad(c0));
       float a[4], z[4];
-      load_scales<fp8, 4>(rec + L::key_scale + (fp8 ? 1 : 2) * c0, a, f_k);
-      load_halves<4>(rec + L::key_zero + 2 * c0, z);
+      load_scales<fp8, 4>(ka + sb * cw, a, f_k);
+      load_halves<4>(kz + 2 * cw, z);
       beta = fmaf(qv.x, z[0], beta);
       beta = fmaf(qv.y, z[1], beta);
       beta = fmaf(qv.z, z[2], beta);
@@ -521,7 +609,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
       split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
       std::uint32_t x[4][kwords];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (c0 + u) * krow, x[u]);
+      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (cw + u) * krow, x[u]);
       std::uint32_t r01[EH], r23[EH];
       pair_convert<KB, EH>(x[0], x[1], r01);
       pair_convert<KB, EH>(x[2], x[3], r23);
@@ -539,7 +627,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   }
   {
     float tk[EH];
-    load_scales<fp8, EH>(rec + L::key_token_scale + (fp8 ? 1 : 2) * tok0, tk, 1.0f);
+    load_scales<fp8, EH>(rec + SL::key_token_scale_s + sb * tok0, tk, 1.0f);
     const float n0 = nfq[0] * vs_t, n1 = nfq[1] * vs_t;
 #pragma unroll
     for (int i = 0; i < GM; ++i)
@@ -557,8 +645,8 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   float zsum[2] = {0.0f, 0.0f};
   {
     float av[EH], zv[EH];
-    load_scales<fp8, EH>(rec + L::value_scale + (fp8 ? 1 : 2) * tok0, av, f_v);
-    load_halves<EH>(rec + L::value_zero + 2 * tok0, zv);
+    load_scales<fp8, EH>(rec + SL::value_scale_s + sb * tok0, av, f_v);
+    load_halves<EH>(rec + SL::value_zero_s + 2 * tok0, zv);
     const float vm = vs_av * vmid;
 #pragma unroll
     for (int e = 0; e < EH; ++e) zv[e] = fmaf(vm, av[e], zv[e]);
@@ -579,16 +667,23 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   p_to_b<GM>(s, pb0, pb1);
 
   // ---- O^T += c_V * (vs_av * (codes - vmid)^T P'^T + zsum): channels on M, tokens on K
-  const std::uint8_t* vc = rec + L::value_codes;
+  // Lane t's PV tokens tA = ta0 + 2i, tB = tA + dAB (+1 each) lie in one value piece.
+  const int ta0 = SL::token_base(2 * t, sub);
+  constexpr int dAB = SL::token_base(1, 0) - SL::token_base(0, 0);  // token_base(2t+1) - token_base(2t)
+  const int vk = SL::value_piece(ta0);  // 4 sub + t (Swz) or 0
+  const std::uint8_t* vc =
+      rec + SL::value_codes_s + vk * SL::value_codes_q + (ta0 - vk * SL::vpiece_tokens) * vrow;
+  const std::uint8_t* cvp = rec + SL::value_channel_scale_s;
 #pragma unroll
   for (int ch = 0; ch < NCH; ++ch) {
     float acc[MC][4];
 #pragma unroll
     for (int j = 0; j < MC; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    const int coff = (ED * r + ch * CE) * VB / 8;
+    const int run = OO::template run<NCH, CE>(ch, r);  // first output channel of this lane's run
+    const int coff = run * VB / 8;
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
-      const int tA = E * 2 * t + 2 * (sub * GM + i), tB = tA + E;
+      const int tA = 2 * i, tB = tA + dAB;  // relative to ta0
       std::uint32_t x[4][vwords];
       load_words<vsb>(vc + tA * vrow + coff, x[0]);
       load_words<vsb>(vc + tB * vrow + coff, x[1]);
@@ -601,7 +696,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
       for (int j = 0; j < MC; ++j) mma_f16(acc[j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[i], pb1[i]);
     }
     float cv[CE];
-    load_scales<fp8, CE>(rec + L::value_channel_scale + (fp8 ? 1 : 2) * (ED * r + ch * CE), cv, 1.0f);
+    load_scales<fp8, CE>(cvp + sb * run, cv, 1.0f);
 #pragma unroll
     for (int j = 0; j < MC; ++j)
 #pragma unroll
@@ -615,11 +710,12 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 
 // ---------------------------------------------------------------- epilogue
 // Merges the warps of a CTA and writes the split's partial (m, l, O) in the
-// rotated frame (unnormalized, relative to m) to the workspace.
-template <int D, int W>
+// rotated frame (unnormalized, relative to m) to the workspace. Swz: the
+// accumulators are in out_order<D, true> (tile_layout.cuh).
+template <int D, int W, bool Swz = false>
 KVTILE_DEVICE void write_partial(warp_state<D>& st, std::uint8_t* scratch, const kernel_params& p, int seq, int kvh,
                                  int qg, int split) {
-  constexpr int os = D + 4, ED = D / 8;
+  constexpr int os = D + 4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int qq = 0; qq < 2; ++qq)
@@ -632,7 +728,8 @@ KVTILE_DEVICE void write_partial(warp_state<D>& st, std::uint8_t* scratch, const
 #pragma unroll
   for (int m = 0; m < D / 16; ++m)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) wo[(warp * max_group + 2 * t + (c & 1)) * os + ED * r + 2 * m + (c >> 1)] = st.o[m][c];
+    for (int c = 0; c < 4; ++c)
+      wo[(warp * max_group + 2 * t + (c & 1)) * os + out_order<D, Swz>::chan(r, m, c >> 1)] = st.o[m][c];
   if (r == 0) {
     wm[warp * max_group + 2 * t] = st.m[0];
     wm[warp * max_group + 2 * t + 1] = st.m[1];
@@ -729,9 +826,10 @@ KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t s
 template <class Config, class Packer, class QT, int R, int Stages>
 __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
-  using L = typename Packer::template layout<Config>;
   constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H;
-  using plan = smem_plan<D, W, Stages, L::bytes, R, keep_qn<Packer>()>;
+  constexpr bool Swz = quant_swizzled<Config, Packer, Stages>();
+  using SL = stage_layout<Config, Packer, H, Swz>;  // the record in a stage (code pieces, padding)
+  using plan = smem_plan<D, W, Stages, SL::bytes, R, keep_qn<Packer>()>;
   extern __shared__ __align__(128) std::uint8_t smem[];
   float* qn = reinterpret_cast<float*>(smem + plan::qn);
   float* nf = reinterpret_cast<float*>(smem + plan::nf);
@@ -755,12 +853,11 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
   auto is_quant = [&](int j) { return j < n_full && !(sink && j == 0); };
   auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
     if (!is_quant(j)) return;
-    mbar_expect_tx(bar, static_cast<std::uint32_t>(L::bytes));
-    bulk_copy_g2s(dst, cache.record(ptab[j], kvh), static_cast<std::uint32_t>(L::bytes), bar);
+    stage_record<SL>(dst, cache.record(ptab[j], kvh), bar);
   };
   __syncthreads();  // barriers initialized: the first records fly while the queries are rotated
   ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
-  load_queries<QT, D, W, true, keep_qn<Packer>()>(p, seq, kvh, qg, qn, nf, qf);
+  load_queries<QT, D, W, true, keep_qn<Packer>(), Swz>(p, seq, kvh, qg, qn, nf, qf);
   __syncthreads();
 
   const int sub = (threadIdx.x >> 5) % H;
@@ -775,22 +872,22 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
   auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
     if (is_quant(j)) {
       mbar_wait(bar, par);
-      quant_tile<Config, Packer, H>(buf, qn, qf, nfq, st, sub);
+      quant_tile<Config, Packer, H, Swz>(buf, qn, qf, nfq, st, sub);
       return true;
     }
     const std::int64_t off = cache.tile_offset(seq, kvh);
     if (j < n_full) {  // the sink
-      fp16_tile<D, G, H>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
+      fp16_tile<D, G, H, Swz>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
                          reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, qf, nfq, st, sub);
     } else {
-      fp16_tile<D, G, H>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
+      fp16_tile<D, G, H, Swz>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
                          reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, qf, nfq, st, sub);
     }
     return false;
   };
   warp_loop<R, H, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
-  write_partial<D, W>(st, stages, p, seq, kvh, qg, split);
+  write_partial<D, W, Swz>(st, stages, p, seq, kvh, qg, split);
 }
 
 template <int D, int PT, class QT, int W, int Stages>
@@ -811,7 +908,7 @@ __global__ void __launch_bounds__(W * 32, 1)
     for (int i = 0; i < 2 * W * Stages; ++i) mbar_init(bars + i, 1);
     mbar_init_fence();
   }
-  load_queries<QT, D, W, false, false>(p, seq, kvh, qg, qn, nf, qf);
+  load_queries<QT, D, W, false, false, false>(p, seq, kvh, qg, qn, nf, qf);
   __syncthreads();
 
   const int len = cache.seq_lens[seq];
@@ -982,10 +1079,13 @@ struct quant_kernel_traits {
   static constexpr int D = config::head_dim;
   static constexpr int stages = 2;
   static constexpr std::size_t record_bytes = Codec::record_bytes;
-  static constexpr int rings = detail::warps_for<record_bytes, stages>();  // records in flight per CTA / stages
   static constexpr int warps_per_record = detail::warps_per_record<config>();
+  // The record as laid out in a stage (tile_layout.cuh).
+  static constexpr bool swizzled = detail::quant_swizzled<config, packer, stages>();
+  using stage = detail::stage_layout<config, packer, warps_per_record, swizzled>;
+  static constexpr int rings = detail::warps_for<record_bytes, stages>();  // records in flight per CTA / stages
   static constexpr int warps = rings * warps_per_record;
-  using plan = detail::smem_plan<D, warps, stages, record_bytes, rings, detail::keep_qn<packer>()>;
+  using plan = detail::smem_plan<D, warps, stages, stage::bytes, rings, detail::keep_qn<packer>()>;
   static constexpr std::size_t smem_bytes = plan::bytes;
   static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
   static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");
