@@ -26,7 +26,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attention", required=True)
     ap.add_argument("--sdpa")
-    ap.add_argument("--variant", action="append", default=[])
+    ap.add_argument("--variant", action="append", default=[], help="NAME=FILE (split at the last =)")
     ap.add_argument("--date", required=True)
     ap.add_argument("--gpu", required=True)
     ap.add_argument("--command", required=True)
@@ -36,7 +36,7 @@ def main():
     sdpa = json.load(open(a.sdpa)) if a.sdpa else None
     variants = {}
     for v in a.variant:
-        name, path = v.split("=", 1)
+        name, path = v.rsplit("=", 1)
         variants[name] = json.load(open(path))
     merged = dict(date=a.date, gpu=a.gpu, command=a.command, kvtile=att, sdpa=sdpa, variants=variants)
     json.dump(merged, open(a.out + ".json", "w"), indent=1)
@@ -91,7 +91,7 @@ def main():
         L.append(f"- fp16 baseline at (16, 32, 8, 128, 64K): {100 * base_long['ceiling_fraction']:.1f}% of the read "
                  "ceiling (target 85%)")
     if variants:
-        L += ["", "## Compile-time variants (same run)", "",
+        L += ["", "## Compile-time variants (k4v2_g128; same GPU, same session; the call is named)", "",
               "| variant | shape | kernel | us | vs fp16 baseline |", "|---|---|---|---:|---:|"]
         for name, v in variants.items():
             for r in v["results"]:
