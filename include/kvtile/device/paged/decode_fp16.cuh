@@ -598,22 +598,37 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
   decoder(ts).template decode<half_t, typename Codec::rotation>(view.record(page, h), out_k + o, D, out_v + o, D, f);
 }
 
+// Default block sizes of launch_decode_pages (powers of two in [64, 1024]):
+// the rotated-frame and generic kernels, and the original-frame kernel.
+// H200, k4v2_g128 / k2v2_g128 D=128, 4096 x 8 pages (2026-11-29): rotated
+// 128 / 256 / 512 threads 106.3 / 92.3 / 92.2 us (k2v2 92.8 / 91.7 / 89.2);
+// original 114.7 / 121.8 / 205.5 us (k2v2 109.1 / 120.9 / 210.3): 256 and 128.
+#ifndef KVTILE_DECODE_BLOCK_THREADS
+#define KVTILE_DECODE_BLOCK_THREADS 256
+#endif
+#ifndef KVTILE_DECODE_ORIGINAL_BLOCK_THREADS
+#define KVTILE_DECODE_ORIGINAL_BLOCK_THREADS 128
+#endif
+
 // Dynamic shared memory of the generic kernel (the fast one uses static
 // shared memory: sizeof(detail_decode::page_decoder<...>::storage)).
-template <class Codec, int BLOCK_THREADS = 256>
+template <class Codec, int BLOCK_THREADS = KVTILE_DECODE_BLOCK_THREADS>
 constexpr std::size_t decode_pages_smem_bytes() {
   return sizeof(typename block_tile_decoder<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
 }
 
 // Sets the generic kernel's shared memory attribute (the fast kernels need none).
-template <class Codec, int BLOCK_THREADS = 256>
+template <class Codec, int BLOCK_THREADS = KVTILE_DECODE_BLOCK_THREADS>
 inline cudaError_t prepare_decode_pages() {
   return detail_paged::set_smem(decode_pages_generic_kernel<Codec, BLOCK_THREADS>,
                                 decode_pages_smem_bytes<Codec, BLOCK_THREADS>());
 }
 
 // Pages with ids outside [0, num_pages) are skipped (output left untouched).
-template <class Codec, int BLOCK_THREADS = 256>
+// BLOCK_THREADS: rotated-frame and generic kernels; ORIGINAL_BLOCK_THREADS:
+// the original-frame kernel.
+template <class Codec, int BLOCK_THREADS = KVTILE_DECODE_BLOCK_THREADS,
+          int ORIGINAL_BLOCK_THREADS = KVTILE_DECODE_ORIGINAL_BLOCK_THREADS>
 inline status launch_decode_pages(const paged_cache_view& view, const std::int32_t* page_ids, std::int32_t count,
                                   half_t* out_k, half_t* out_v, frame f = frame::rotated,
                                   cudaStream_t stream = nullptr) {
@@ -633,8 +648,8 @@ inline status launch_decode_pages(const paged_cache_view& view, const std::int32
         <<<grid, BLOCK_THREADS, decode_pages_smem_bytes<Codec, BLOCK_THREADS>(), stream>>>(view, page_ids, out_k,
                                                                                             out_v, f);
   } else if (f == frame::original && !Codec::rotation::is_identity) {
-    decode_pages_kernel<Codec, BLOCK_THREADS, frame::original>
-        <<<grid, BLOCK_THREADS, 0, stream>>>(view, page_ids, out_k, out_v);
+    decode_pages_kernel<Codec, ORIGINAL_BLOCK_THREADS, frame::original>
+        <<<grid, ORIGINAL_BLOCK_THREADS, 0, stream>>>(view, page_ids, out_k, out_v);
   } else {
     decode_pages_kernel<Codec, BLOCK_THREADS, frame::rotated>
         <<<grid, BLOCK_THREADS, 0, stream>>>(view, page_ids, out_k, out_v);
