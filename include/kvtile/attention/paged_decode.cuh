@@ -434,6 +434,17 @@ KVTILE_DEVICE void load_halves(const std::uint8_t* p, float* f) {
   for (int i = 0; i < N / 2; ++i) half2_to_float2(w[i], f[2 * i], f[2 * i + 1]);
 }
 
+// The power of two f with m * f in [256, 512) for the warp-wide maximum m of
+// the lanes' amax (1 when every value is 0).
+KVTILE_DEVICE float pow2_norm_of_warp_max(float amax) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!(amax > 0.0f)) return 1.0f;
+  int e;
+  frexpf(amax, &e);
+  return ldexpf(1.0f, 9 - e);
+}
+
 // fp16_scales: power of two f with max(a) * f in [256, 512) over n fp16 entries.
 KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
   float amax = 0.0f;
@@ -442,12 +453,7 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
     half2_to_float2(static_cast<std::uint32_t>(reinterpret_cast<const std::uint16_t*>(p)[i]), lo, hi);
     amax = fmaxf(amax, fabsf(lo));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (!(amax > 0.0f)) return 1.0f;
-  int e;
-  frexpf(amax, &e);
-  return ldexpf(1.0f, 9 - e);
+  return pow2_norm_of_warp_max(amax);
 }
 
 // fp16_field_norm over the D entries of a field stored as 4 quarters of D/4
@@ -462,12 +468,7 @@ KVTILE_DEVICE float fp16_field_norm_quartered(const std::uint8_t* p, std::size_t
     half2_to_float2(static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(e)), lo, hi);
     amax = fmaxf(amax, fabsf(lo));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (!(amax > 0.0f)) return 1.0f;
-  int e;
-  frexpf(amax, &e);
-  return ldexpf(1.0f, 9 - e);
+  return pow2_norm_of_warp_max(amax);
 }
 
 // Warps per record: two when each half of a thread's token run is a whole
