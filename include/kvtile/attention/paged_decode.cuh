@@ -271,6 +271,12 @@ struct warp_state {
   float m[2];
   float l[2];
   float o[D / 16][4];
+  KVTILE_DEVICE void reset() {  // empty softmax: max -inf, sum 0, output 0
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  }
 };
 
 // 2^x for x <= 0 in the online softmax. exp2f is ex2.approx.f32 wrapped in a
@@ -865,10 +871,7 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
   const int t = (threadIdx.x & 31) & 3;
   const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
   warp_state<D> st;
-  st.m[0] = st.m[1] = -INFINITY;
-  st.l[0] = st.l[1] = 0.0f;
-#pragma unroll
-  for (int m = 0; m < D / 16; ++m) st.o[m][0] = st.o[m][1] = st.o[m][2] = st.o[m][3] = 0.0f;
+  st.reset();
 
   auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
     if (is_quant(j)) {
@@ -921,10 +924,7 @@ __global__ void __launch_bounds__(W * 32, 1)
   const int t = (threadIdx.x & 31) & 3;
   const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
   warp_state<D> st;
-  st.m[0] = st.m[1] = -INFINITY;
-  st.l[0] = st.l[1] = 0.0f;
-#pragma unroll
-  for (int m = 0; m < D / 16; ++m) st.o[m][0] = st.o[m][1] = st.o[m][2] = st.o[m][3] = 0.0f;
+  st.reset();
 
   auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
     const std::int64_t off = cache.block_offset(ptab[j], kvh);
