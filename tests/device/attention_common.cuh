@@ -22,6 +22,8 @@
 #include <kvtile/attention/paged_decode.cuh>
 #include <kvtile/kvtile.hpp>
 
+#include "device_test.cuh"
+
 namespace attn_test {
 
 using namespace kvtile;
@@ -47,15 +49,10 @@ inline void check(bool ok, const std::string& what) {
     }                                                                                                 \
   } while (0)
 
-// Returns 77 (and prints SKIPPED) when no device is usable.
-inline int require_device() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
-  return 0;
-}
+using kvtest::attend;
+using kvtest::fwht_d;
+using kvtest::rel_err;
+using kvtest::require_device;
 
 template <class T>
 struct dbuf {
@@ -86,18 +83,6 @@ struct dbuf {
   dbuf(const dbuf&) = delete;
   dbuf& operator=(const dbuf&) = delete;
 };
-
-inline void fwht_d(double* v, int D) {
-  for (int h = 1; h < D; h *= 2)
-    for (int i = 0; i < D; i += 2 * h)
-      for (int j = i; j < i + h; ++j) {
-        const double a = v[j], b = v[j + h];
-        v[j] = a + b;
-        v[j + h] = a - b;
-      }
-  const double s = 1.0 / std::sqrt(static_cast<double>(D));
-  for (int i = 0; i < D; ++i) v[i] *= s;
-}
 
 struct case_cfg {
   int num_seqs = 2;
@@ -299,39 +284,6 @@ void dequantized_kv(const quant_cache<Codec>& qc, int s, int h, std::vector<doub
       K[(static_cast<std::size_t>(n_full) * G + t) * D + d] = qc.tail_k[toff + static_cast<std::size_t>(t) * D + d].to_float();
       V[(static_cast<std::size_t>(n_full) * G + t) * D + d] = qc.tail_v[toff + static_cast<std::size_t>(t) * D + d].to_float();
     }
-}
-
-// fp64 attention of one query row over K/V [L][D] (same frame as q); returns lse.
-inline double attend(const double* q, const std::vector<double>& K, const std::vector<double>& V, int L, int D,
-                     double scale, double* out) {
-  for (int d = 0; d < D; ++d) out[d] = 0.0;
-  if (L == 0) return -INFINITY;
-  std::vector<double> sc(L);
-  double mx = -INFINITY;
-  for (int t = 0; t < L; ++t) {
-    double acc = 0;
-    for (int d = 0; d < D; ++d) acc += q[d] * K[static_cast<std::size_t>(t) * D + d];
-    sc[t] = acc * scale;
-    mx = std::max(mx, sc[t]);
-  }
-  double sum = 0;
-  for (int t = 0; t < L; ++t) {
-    const double p = std::exp(sc[t] - mx);
-    sum += p;
-    for (int d = 0; d < D; ++d) out[d] += p * V[static_cast<std::size_t>(t) * D + d];
-  }
-  for (int d = 0; d < D; ++d) out[d] /= sum;
-  return mx + std::log(sum);
-}
-
-inline double rel_err(const double* a, const double* ref, int D) {
-  double num = 0, den = 0;
-  for (int d = 0; d < D; ++d) {
-    num += (a[d] - ref[d]) * (a[d] - ref[d]);
-    den += ref[d] * ref[d];
-  }
-  if (den == 0) return std::sqrt(num);
-  return std::sqrt(num / den);
 }
 
 struct run_result {

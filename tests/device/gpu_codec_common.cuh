@@ -19,6 +19,8 @@
 #include <kvtile/device/device.cuh>
 #include <kvtile/presets.hpp>
 
+#include "device_test.cuh"
+
 namespace kvtest {
 
 #define KVT_CUDA(call)                                                                              \
@@ -29,15 +31,6 @@ namespace kvtest {
       std::exit(1);                                                                                 \
     }                                                                                               \
   } while (0)
-
-inline int require_device() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
-  return 0;
-}
 
 template <class T>
 struct dbuf {
@@ -53,19 +46,6 @@ struct dbuf {
     return h;
   }
 };
-
-// Runs f(i) for i in [0, n) on all hardware threads.
-template <class F>
-void parallel_for(int n, F f) {
-  const int nt = std::max(1u, std::thread::hardware_concurrency());
-  std::atomic<int> next{0};
-  std::vector<std::thread> th;
-  for (int t = 0; t < nt; ++t)
-    th.emplace_back([&] {
-      for (int i; (i = next.fetch_add(1)) < n;) f(i);
-    });
-  for (auto& t : th) t.join();
-}
 
 // Tile generators. kind cycles over: 0 gaussian, 1 outlier channels (a few
 // channels 10-100x), 2 zero tile, 3 constant rows (identical tokens, constant

@@ -45,8 +45,14 @@
 #include <kvtile/kvtile.hpp>
 #include <kvtile/presets.hpp>
 
+#include "device_test.cuh"
+
 namespace {
 
+using kvtest::attend;
+using kvtest::fwht_d;
+using kvtest::parallel_for;
+using kvtest::rel_err;
 using kvtile::bfloat16_t;
 using kvtile::half_t;
 
@@ -90,23 +96,6 @@ struct dbuf {
 };
 
 // Runs f(i) for i in [0, n) on up to all hardware threads.
-template <class F>
-void parallel_for(int n, F f) {
-  if (n <= 0) return;
-  const int nt = std::min<int>(n, std::max(1u, std::thread::hardware_concurrency()));
-  if (nt == 1) {
-    for (int i = 0; i < n; ++i) f(i);
-    return;
-  }
-  std::atomic<int> next{0};
-  std::vector<std::thread> th;
-  for (int t = 0; t < nt; ++t)
-    th.emplace_back([&] {
-      for (int i; (i = next.fetch_add(1)) < n;) f(i);
-    });
-  for (auto& t : th) t.join();
-}
-
 std::uint64_t splitmix(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -142,50 +131,6 @@ struct fast_normal {
     return x;
   }
 };
-
-void fwht_d(double* v, int D) {
-  for (int h = 1; h < D; h *= 2)
-    for (int i = 0; i < D; i += 2 * h)
-      for (int j = i; j < i + h; ++j) {
-        const double a = v[j], b = v[j + h];
-        v[j] = a + b;
-        v[j + h] = a - b;
-      }
-  const double s = 1.0 / std::sqrt(static_cast<double>(D));
-  for (int i = 0; i < D; ++i) v[i] *= s;
-}
-
-// fp64 attention of one query row over K/V [L][D]; returns lse.
-double attend(const double* q, const std::vector<double>& K, const std::vector<double>& V, int L, int D, double scale,
-              double* out) {
-  for (int d = 0; d < D; ++d) out[d] = 0.0;
-  if (L == 0) return -INFINITY;
-  std::vector<double> sc(L);
-  double mx = -INFINITY;
-  for (int t = 0; t < L; ++t) {
-    double acc = 0;
-    for (int d = 0; d < D; ++d) acc += q[d] * K[static_cast<std::size_t>(t) * D + d];
-    sc[t] = acc * scale;
-    mx = std::max(mx, sc[t]);
-  }
-  double sum = 0;
-  for (int t = 0; t < L; ++t) {
-    const double p = std::exp(sc[t] - mx);
-    sum += p;
-    for (int d = 0; d < D; ++d) out[d] += p * V[static_cast<std::size_t>(t) * D + d];
-  }
-  for (int d = 0; d < D; ++d) out[d] /= sum;
-  return mx + std::log(sum);
-}
-
-double rel_err(const double* a, const double* ref, int D) {
-  double num = 0, den = 0;
-  for (int d = 0; d < D; ++d) {
-    num += (a[d] - ref[d]) * (a[d] - ref[d]);
-    den += ref[d] * ref[d];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
 
 struct params {
   const char* name = "";
@@ -871,11 +816,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
+  if (int rc = kvtest::require_device()) return rc;
   if (small) {
     p1.total_seqs = 40;
     p1.live = 10;
