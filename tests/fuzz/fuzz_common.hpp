@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include <kvtile/kvtile.hpp>
 
@@ -91,6 +92,34 @@ inline T from_bits32(std::uint32_t b) {
     return kvtile::detail::float_from_bits(b);
   else
     return T::from_bits(static_cast<std::uint16_t>(b));
+}
+
+// Bit-identical floats, or both NaN (a reader may return any NaN payload).
+inline bool same_value(float want, float got) {
+  return std::memcmp(&want, &got, 4) == 0 || (kvtile::detail::is_nan(want) && kvtile::detail::is_nan(got));
+}
+
+// The file reader agrees with the memory reader: writes the input to `path`,
+// reads it back with read_file(path, tensor, err) and checks the status, and
+// on success the tensor (shape, type, bits), against the memory read (ok, t).
+template <class Tensor, class ReadFile>
+void check_file_read(const std::uint8_t* data, std::size_t size, const std::string& path, bool ok, const Tensor& t,
+                     ReadFile read_file) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return;
+  const bool wrote = size == 0 || std::fwrite(data, 1, size, f) == size;
+  std::fclose(f);
+  if (!wrote) return;
+  Tensor t2;
+  std::string err2;
+  const bool ok2 = read_file(path, t2, err2);
+  FUZZ_CHECK(ok2 == ok);
+  if (ok) {
+    FUZZ_CHECK(t2.shape == t.shape && t2.source_type == t.source_type && t2.data.size() == t.data.size());
+    FUZZ_CHECK(t.data.empty() || std::memcmp(t2.data.data(), t.data.data(), 4 * t.data.size()) == 0);
+  } else {
+    FUZZ_CHECK(!err2.empty());
+  }
 }
 
 }  // namespace kvtile_fuzz

@@ -62,29 +62,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         want = kvtile::detail::float_from_bits(std::uint32_t(p[3]) << 24 | std::uint32_t(p[2]) << 16 |
                                                std::uint32_t(p[1]) << 8 | p[0]);
       }
-      FUZZ_CHECK(std::memcmp(&want, &t.data[i], 4) == 0 ||
-                 (kvtile::detail::is_nan(want) && kvtile::detail::is_nan(t.data[i])));
+      FUZZ_CHECK(same_value(want, t.data[i]));
     }
   } else {
     FUZZ_CHECK(!err.empty());
   }
   if ((sel & 3) == 0) {
     static const std::string path = "/tmp/kvtile_fuzz_st_" + std::to_string(::getpid()) + ".safetensors";
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (!f) return 0;
-    const bool wrote = size == 0 || std::fwrite(data, 1, size, f) == size;
-    std::fclose(f);
-    if (!wrote) return 0;
-    kvtile_eval::tensor t2;
-    std::string err2;
-    const bool ok2 = kvtile_eval::read_safetensors_file(path, name, candidates, t2, err2);
-    FUZZ_CHECK(ok2 == ok);
-    if (ok) {
-      FUZZ_CHECK(t2.shape == t.shape && t2.source_type == t.source_type && t2.data.size() == t.data.size());
-      FUZZ_CHECK(t.data.empty() || std::memcmp(t2.data.data(), t.data.data(), 4 * t.data.size()) == 0);
-    } else {
-      FUZZ_CHECK(!err2.empty());
-    }
+    check_file_read(data, size, path, ok, t, [&](const std::string& p, kvtile_eval::tensor& t2, std::string& e) {
+      return kvtile_eval::read_safetensors_file(p, name, candidates, t2, e);
+    });
   }
   return 0;
 }
