@@ -9,28 +9,18 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "../../tools/kvtile-eval/app.hpp"
-
-#ifndef KVTILE_TEST_DATA_DIR
-#define KVTILE_TEST_DATA_DIR "tests/data"
-#endif
+#include "eval_test_support.hpp"
 
 namespace fs = std::filesystem;
 using namespace kvtile_eval;
 
 namespace {
-fs::path temp_dir(const char* tag) {
-  static int counter = 0;
-  fs::path d = fs::temp_directory_path() / ("kvtile_eval_e2e_" + std::string(tag) + "_" +
-                                            std::to_string(static_cast<long>(::getpid())) + "_" + std::to_string(counter++));
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const char* tag) { return kvtile_eval_test::unique_temp_dir("kvtile_eval_e2e_", tag); }
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream s;

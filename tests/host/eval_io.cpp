@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,23 +11,14 @@
 #include "../../tools/kvtile-eval/evaluate.hpp"
 #include "../../tools/kvtile-eval/npy.hpp"
 #include "../../tools/kvtile-eval/safetensors.hpp"
-
-#ifndef KVTILE_TEST_DATA_DIR
-#define KVTILE_TEST_DATA_DIR "tests/data"
-#endif
+#include "eval_test_support.hpp"
 
 namespace fs = std::filesystem;
 using namespace kvtile_eval;
 
 namespace {
 
-fs::path temp_dir(const char* tag) {
-  static int counter = 0;
-  fs::path d = fs::temp_directory_path() / ("kvtile_eval_io_" + std::string(tag) + "_" +
-                                            std::to_string(static_cast<long>(::getpid())) + "_" + std::to_string(counter++));
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const char* tag) { return kvtile_eval_test::unique_temp_dir("kvtile_eval_io_", tag); }
 
 std::vector<unsigned char> file_bytes(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
