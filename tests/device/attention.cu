@@ -45,6 +45,21 @@ void invariance_test() {
   std::printf("  page placement: %s\n", same ? "bit-identical" : "DIFFERENT");
 }
 
+// One split (num_splits = 1) and a page table of >= 128 tiles: paged_decode
+// takes the stage-pool kernel (checked through the accuracy case's own checks).
+template <class Codec>
+void pool_case(int group, bool sink, std::vector<int> lens, const char* name) {
+  case_cfg c;
+  c.num_seqs = static_cast<int>(lens.size());
+  c.kv_heads = 2;
+  c.group = group;
+  c.sink = sink;
+  c.lens = std::move(lens);
+  c.num_splits = 1;
+  c.seed = 31 + group;
+  accuracy_case<Codec, half_t>(c, name);
+}
+
 void bad_args_test() {
   using C = kvtile::presets::k4v2_g128<128>;
   using C4 = kvtile::presets::k4v4_g128<128>;
@@ -207,6 +222,7 @@ int main(int argc, char** argv) {
     c.sink = true;
     c.lens = {3 * 128 + 5, 129};
     accuracy_case<k4v2_g128<128>, half_t>(c, "k4v2_g128 (small)");
+    pool_case<k4v2_g64<128>>(4, true, {128 * 64 + 5, 3}, "k4v2_g64 stage-pool kernel (small)");
     fp16_baseline_test<128>({70, 1}, 4, 3);
     std::printf("max relative error: %.3e\n%d passed, %d failed\n", g_max_rel, g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
@@ -224,6 +240,13 @@ int main(int argc, char** argv) {
     c.seed = 12;
     accuracy_case<k4v2_g128<128, kvtile::fp16_scales>, bfloat16_t>(c, "k4v2_g128 fp16_scales bf16 queries");
   }
+  // The stage-pool kernel (one split over >= 128 tiles per sequence), with
+  // short and empty sequences in the same launch, packed and 8-query layouts.
+  std::printf("stage-pool kernel:\n");
+  pool_case<k4v2_g128<128>>(4, true, {128 * 128 + 37, 0, 1, 1000}, "k4v2_g128 pool, group 4, sink");
+  pool_case<k4v2_g128<128, kvtile::fp16_scales>>(8, false, {130 * 128, 5, 128, 3 * 128 + 1},
+                                                 "k4v2_g128 fp16_scales pool, group 8");
+  pool_case<k2v2_g128<64>>(2, false, {129 * 128 + 64, 17}, "k2v2_g128 D=64 pool, group 2");
   std::printf("invariance (k4v2_g128 D=128):\n");
   invariance_test<k4v2_g128<128>>();
   bad_args_test();

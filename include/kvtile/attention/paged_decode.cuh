@@ -110,12 +110,23 @@ struct smem_plan {
 
 inline constexpr std::size_t smem_budget = 222 * 1024;
 
-template <std::size_t StageBytes, int Stages>
+template <std::size_t StageBytes, int Stages, int MaxW = 8>
 constexpr int warps_for() {
   const std::size_t per_warp = (StageBytes + 127) / 128 * 128 * Stages + 16 * Stages;
   const std::size_t w = (smem_budget - 8 * 1024) / per_warp;
-  return w >= 8 ? 8 : (w < 1 ? 1 : static_cast<int>(w));
+  return w >= MaxW ? MaxW : (w < 1 ? 1 : static_cast<int>(w));
 }
+
+// Quantized kernel: stages per ring and the most rings per CTA. Default: 2
+// stages, 8 rings (8 warps, 255 registers). Stages = 1 with more rings trades
+// the second record in flight per warp for more warps per SM (the register
+// budget per thread falls to 65536 / threads).
+#ifndef KVTILE_ATTENTION_STAGES
+#define KVTILE_ATTENTION_STAGES 2
+#endif
+#ifndef KVTILE_ATTENTION_MAX_RINGS
+#define KVTILE_ATTENTION_MAX_RINGS 8
+#endif
 
 // The largest ring count <= R whose plan (stages of StageBytes) fits the SM's
 // 227 KB (warps_for keeps 8 KB of slack; the padded stages of tile_layout.cuh
@@ -129,6 +140,39 @@ constexpr int fit_rings() {
     return R;
   } else {
     return fit_rings<D, Stages, StageBytes, KeepQn, R - 1>();
+  }
+}
+
+// Stage-pool kernel (pool_loop below): KVTILE_ATTENTION_POOL stages (0: none)
+// shared by KVTILE_ATTENTION_POOL_WARPS warps. H200, k4v2_g128 D = 128,
+// 2026-11-29: 12 warps / 16 stages (168 registers) vs 8 warps x 2 stages:
+// 16 x 64K 279 vs 298 us, 32 x 16K 161 vs 164 us, but 1 x 128K (16 splits)
+// 59.8 vs 56.5 us and 8 x 16K 57.0 vs 54.3 us, so paged_decode takes it only
+// for single-split launches over >= 128 tiles per sequence.
+#ifndef KVTILE_ATTENTION_POOL
+#define KVTILE_ATTENTION_POOL 16
+#endif
+#ifndef KVTILE_ATTENTION_POOL_WARPS
+#define KVTILE_ATTENTION_POOL_WARPS 12
+#endif
+// The largest pool size <= P (stages shared by W warps) that fits, or 0 when
+// that is not more than W (a pool needs spare stages).
+template <int D, int W, std::size_t StageBytes, bool KeepQn, int P>
+constexpr int fit_pool() {
+  if constexpr (P <= W) {
+    return 0;
+  } else if constexpr (smem_plan<D, W, 1, StageBytes, P, KeepQn>::bytes <= 227 * 1024) {
+    return P;
+  } else {
+    return fit_pool<D, W, StageBytes, KeepQn, P - 1>();
+  }
+}
+template <int D, int W, std::size_t StageBytes, bool KeepQn, int P>
+constexpr std::size_t pool_smem_bytes() {
+  if constexpr (P > 0) {
+    return smem_plan<D, W, 1, StageBytes, P, KeepQn>::bytes;
+  } else {
+    return 0;
   }
 }
 
@@ -264,20 +308,45 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
 }
 
 // Per-warp online-softmax state; thread (r = lane/4, t = lane%4) holds queries
-// 2t, 2t+1 and output channels out_order<D, Swz>::chan(r, m, h), m < D/16,
+// 2t, 2t+1 (NQ = 2; o[m][2h + q]) or query t (NQ = 1, the packed layout below;
+// o[m][h]) and output channels out_order<D, Swz>::chan(r, m, h), m < D/16,
 // h < 2 ((D/8) r + 2m + h without Swz; tile_layout.cuh).
-template <int D>
+template <int D, int NQ = 2>
 struct warp_state {
-  float m[2];
-  float l[2];
-  float o[D / 16][4];
+  static_assert(NQ == 1 || NQ == 2, "one or two queries per thread");
+  float m[NQ];
+  float l[NQ];
+  float o[D / 16][2 * NQ];
   KVTILE_DEVICE void reset() {  // empty softmax: max -inf, sum 0, output 0
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < D / 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int q = 0; q < NQ; ++q) {
+      m[q] = -INFINITY;
+      l[q] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i)
+#pragma unroll
+      for (int c = 0; c < 2 * NQ; ++c) o[i][c] = 0.0f;
   }
 };
+
+// Packed layout (groups of at most 4 query heads, template flag PK): the MMAs'
+// N = 8 columns hold (query j hi, query j lo) pairs, column 2j + h, instead of
+// 8 queries. QK: the B operand of column n is the hi (n even) or lo (n odd)
+// fp16 part of query n/2, so ONE MMA per token block does the split-precision
+// product that takes two otherwise, and thread (r, t)'s accumulator columns
+// 2t, 2t+1 are the two parts of query t's score (summed in fp32). Every lane
+// then holds a real query (no padding columns in the softmax). PV: P is split
+// the same way (column 2j + h = part h of query j's probabilities), which costs
+// no MMA and makes the probabilities exact to ~2^-22 instead of one fp16
+// rounding. Packed B fragments of the query: the uint2 half h of qf[...].
+#ifndef KVTILE_ATTENTION_PACKED
+#define KVTILE_ATTENTION_PACKED 1  // 0: groups of <= 4 query heads take the 8-query layout too
+#endif
+inline constexpr bool packed_layout = KVTILE_ATTENTION_PACKED != 0;
+KVTILE_DEVICE uint2 packed_qf(const uint4* qf, int kk, int r, int t) {
+  return reinterpret_cast<const uint2*>(qf)[2 * qf_index(kk, r >> 1, t) + (r & 1)];
+}
 
 // 2^x for x <= 0 in the online softmax. exp2f is ex2.approx.f32 wrapped in a
 // subnormal-result fixup (compare + two multiplies per call: ~48 instructions
@@ -328,6 +397,47 @@ KVTILE_DEVICE void online_softmax(float (&s)[GM][4], float (&m)[2], float (&l)[2
   l[1] = fmaf(l[1], alpha[1], sum[1]);
 }
 
+// Packed layout: online softmax over s[i][h] (tokens of M-rows r, r + 8, the
+// thread's one query t), same contract as online_softmax.
+template <int GM>
+KVTILE_DEVICE void online_softmax1(float (&s)[GM][2], float (&m)[1], float (&l)[1], float& alpha) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < GM; ++i) mx = fmaxf(mx, fmaxf(s[i][0], s[i][1]));
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float mn = fmaxf(m[0], mx);
+  alpha = mn == -INFINITY ? 1.0f : softmax_exp2(m[0] - mn);
+  m[0] = mn;
+  const float sub = mn == -INFINITY ? 0.0f : mn;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < GM; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float pv = softmax_exp2(s[i][h] - sub);
+      s[i][h] = pv;
+      sum += pv;
+    }
+  l[0] = fmaf(l[0], alpha, sum);
+}
+
+// Packed layout: P (already scaled) -> PV B operands, each value as fp16 hi + lo
+// in columns (2t, 2t + 1) of the movmatrix input, so that after the transpose
+// lane (r, t) holds part r & 1 of query r / 2 for K rows 2t, 2t + 1 (+ 8).
+template <int GM>
+KVTILE_DEVICE void p_to_b_split(const float (&s)[GM][2], std::uint32_t (&b0)[GM], std::uint32_t (&b1)[GM]) {
+#pragma unroll
+  for (int i = 0; i < GM; ++i) {
+    const std::uint32_t hi = pack_half2(s[i][0], s[i][1]);
+    float h0, h1;
+    half2_to_float2(hi, h0, h1);
+    const std::uint32_t lo = pack_half2(s[i][0] - h0, s[i][1] - h1);
+    b0[i] = movmatrix_trans(prmt(hi, lo, 0x5410u));  // (hi, lo) of the M-row r token
+    b1[i] = movmatrix_trans(prmt(hi, lo, 0x7632u));  // (hi, lo) of the M-row r + 8 token
+  }
+}
+
 // Packs P (already scaled) of QK m-tile i into the PV B operands via movmatrix.
 template <int GM>
 KVTILE_DEVICE void p_to_b(const float (&s)[GM][4], std::uint32_t (&b0)[GM], std::uint32_t (&b1)[GM]) {
@@ -344,9 +454,9 @@ KVTILE_DEVICE void p_to_b(const float (&s)[GM][4], std::uint32_t (&b0)[GM], std:
 // the MMA token blocks i in [sub * GM / H, (sub + 1) * GM / H). Swz: the QK
 // channel and PV output orders of the quantized tiles (tile_layout.cuh; the
 // tile's own token order is free, it does not outlive the tile).
-template <int D, int GT, int H = 1, bool Swz = false>
+template <int D, int GT, int H = 1, bool Swz = false, bool PK = false>
 KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const uint4* qf,
-                             const float (&nfq)[2], warp_state<D>& st, int sub = 0) {
+                             const float (&nfq)[2], warp_state<D, PK ? 1 : 2>& st, int sub = 0) {
   using OO = out_order<D, Swz>;
   constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16,
                 MC = OO::OC > 1 ? OO::MCo : ((D / 16) < 8 ? (D / 16) : 8), NCH = (D / 16) / MC, CE = 2 * MC;
@@ -357,34 +467,62 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
     const int c0 = key_order<D, Swz>::chan0(kk, t);
-    const uint4 bq = qf[qf_index(kk, r, t)];
-    const std::uint32_t b[4] = {bq.x, bq.y, bq.z, bq.w};
+    std::uint32_t b[4];
+    if constexpr (PK) {
+      const uint2 bq = packed_qf(qf, kk, r, t);
+      b[0] = bq.x;
+      b[1] = bq.y;
+    } else {
+      const uint4 bq = qf[qf_index(kk, r, t)];
+      b[0] = bq.x;
+      b[1] = bq.y;
+      b[2] = bq.z;
+      b[3] = bq.w;
+    }
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
       const int T0 = E * r + 2 * (sub * GM + i);
       const uint2 k0 = *reinterpret_cast<const uint2*>(K + T0 * D + c0);
       const uint2 k1 = *reinterpret_cast<const uint2*>(K + (T0 + 1) * D + c0);
       mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[0], b[1]);
-      if constexpr (split_query) mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[2], b[3]);
+      if constexpr (split_query && !PK) mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[2], b[3]);
     }
   }
-#pragma unroll
-  for (int i = 0; i < GM; ++i)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int tok = E * r + 2 * (sub * GM + i) + (c >> 1);
-      s[i][c] = tok < n_valid ? s[i][c] * nfq[c & 1] : -INFINITY;
-    }
-  float alpha[2];
-  online_softmax<GM>(s, st.m, st.l, alpha);
   std::uint32_t pb0[GM], pb1[GM];
-  p_to_b<GM>(s, pb0, pb1);
+  float alpha[2];
+  if constexpr (PK) {
+    float sc[GM][2];
 #pragma unroll
-  for (int m = 0; m < D / 16; ++m)
+    for (int i = 0; i < GM; ++i)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) st.o[m][c] *= alpha[c & 1];
+      for (int h = 0; h < 2; ++h) {
+        const int tok = E * r + 2 * (sub * GM + i) + h;
+        sc[i][h] = tok < n_valid ? (s[i][2 * h] + s[i][2 * h + 1]) * nfq[0] : -INFINITY;
+      }
+    online_softmax1<GM>(sc, st.m, st.l, alpha[0]);
+    p_to_b_split<GM>(sc, pb0, pb1);
+  } else {
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int tok = E * r + 2 * (sub * GM + i) + (c >> 1);
+        s[i][c] = tok < n_valid ? s[i][c] * nfq[c & 1] : -INFINITY;
+      }
+    online_softmax<GM>(s, st.m, st.l, alpha);
+    p_to_b<GM>(s, pb0, pb1);
+#pragma unroll
+    for (int m = 0; m < D / 16; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) st.o[m][c] *= alpha[c & 1];
+  }
 #pragma unroll
   for (int ch = 0; ch < NCH; ++ch) {
+    float acc[PK ? MC : 1][4];  // packed: this chunk's (hi, lo) columns, summed into st.o below
+    if constexpr (PK) {
+#pragma unroll
+      for (int jj = 0; jj < MC; ++jj) acc[jj][0] = acc[jj][1] = acc[jj][2] = acc[jj][3] = 0.0f;
+    }
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
       const int tA = E * 2 * t + 2 * (sub * GM + i), tB = tA + E;
@@ -402,9 +540,23 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
       }
 #pragma unroll
       for (int jj = 0; jj < MC; ++jj) {
-        mma_f16(st.o[ch * MC + jj], prmt(w[0][jj], w[1][jj], 0x5410u), prmt(w[0][jj], w[1][jj], 0x7632u),
-                prmt(w[2][jj], w[3][jj], 0x5410u), prmt(w[2][jj], w[3][jj], 0x7632u), pb0[i], pb1[i]);
+        const std::uint32_t a0 = prmt(w[0][jj], w[1][jj], 0x5410u), a1 = prmt(w[0][jj], w[1][jj], 0x7632u),
+                            a2 = prmt(w[2][jj], w[3][jj], 0x5410u), a3 = prmt(w[2][jj], w[3][jj], 0x7632u);
+        if constexpr (PK) {
+          mma_f16(acc[jj], a0, a1, a2, a3, pb0[i], pb1[i]);
+        } else {
+          mma_f16(st.o[ch * MC + jj], a0, a1, a2, a3, pb0[i], pb1[i]);
+        }
       }
+    }
+    if constexpr (PK) {
+#pragma unroll
+      for (int jj = 0; jj < MC; ++jj)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& o = st.o[ch * MC + jj][h];
+          o = fmaf(alpha[0], o, acc[jj][2 * h] + acc[jj][2 * h + 1]);
+        }
     }
   }
 }
@@ -498,7 +650,7 @@ constexpr bool quant_swizzled() {
   if constexpr (!conflict_free_layout) {
     return false;
   } else {
-    constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages>();
+    constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages, KVTILE_ATTENTION_MAX_RINGS>();
     using SL = stage_layout<Config, Packer, warps_per_record<Config>(), true>;
     return fit_rings<Config::head_dim, Stages, SL::bytes, keep_qn<Packer>(), r0>() == r0;
   }
@@ -517,9 +669,9 @@ constexpr bool quant_swizzled() {
 //    QK blocks (movmatrix): tA = token_base(2t) + 2i, tB = token_base(2t+1) + 2i,
 //    tA + 1, tB + 1; lane r owns the output channels out_order::run(ch, r) ..
 //    + CE - 1 of chunk ch.
-template <class Config, class Packer, int H, bool Swz>
+template <class Config, class Packer, int H, bool Swz, bool PK = false>
 KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const uint4* qf, const float (&nfq)[2],
-                              warp_state<Config::head_dim>& st, int sub) {
+                              warp_state<Config::head_dim, PK ? 1 : 2>& st, int sub) {
   using SL = stage_layout<Config, Packer, H, Swz>;
   using KO = key_order<Config::head_dim, Swz>;
   using OO = out_order<Config::head_dim, Swz>;
@@ -575,11 +727,17 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #endif
     for (int kk = 0; kk < KT; ++kk) {
       const int cw = KO::chan0(kk, t) - KO::first(t);  // 4 channels: rows / entries cw .. cw + 3 of the quarter
-      const uint4 bq = qf[qf_index(kk, r, t)];
+      uint4 bq;
+      if constexpr (PK) {
+        const uint2 b = packed_qf(qf, kk, r, t);
+        bq = make_uint4(b.x, b.y, 0u, 0u);
+      } else {
+        bq = qf[qf_index(kk, r, t)];
+      }
       const std::uint32_t aw = *reinterpret_cast<const std::uint32_t*>(ka + cw);
       const uint2 zw = *reinterpret_cast<const uint2*>(kz + 2 * cw);
       mma_f16(bacc, zw.x, zw.x, zw.y, zw.y, bq.x, bq.y);
-      if constexpr (split_query) mma_f16(bacc, zw.x, zw.x, zw.y, zw.y, bq.z, bq.w);
+      if constexpr (split_query && !PK) mma_f16(bacc, zw.x, zw.x, zw.y, zw.y, bq.z, bq.w);
       std::uint32_t x[4][kwords];
 #pragma unroll
       for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (cw + u) * krow, x[u]);
@@ -589,10 +747,11 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
       for (int i = 0; i < GM; ++i) {
         mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], bq.x, bq.y);
-        if constexpr (split_query) mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], bq.z, bq.w);
+        if constexpr (split_query && !PK)
+          mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], bq.z, bq.w);
       }
     }
-    bq0 = bacc[0];
+    bq0 = PK ? bacc[0] + bacc[1] : bacc[0];  // packed: the hi and lo columns of query t
     bq1 = bacc[1];
     vs_ak *= 8.0f;  // the codes came out as x a / 8
   } else {
@@ -604,7 +763,8 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #endif
     for (int kk = 0; kk < KT; ++kk) {
       const int c0 = KO::chan0(kk, t), cw = c0 - KO::first(t);
-      const float4 qv = *reinterpret_cast<const float4*>(qn + r * q_stride + KO::qpad(c0));
+      // packed: this lane's B column is part r & 1 of query r / 2 (and so is its beta)
+      const float4 qv = *reinterpret_cast<const float4*>(qn + (PK ? r >> 1 : r) * q_stride + KO::qpad(c0));
       float a[4], z[4];
       load_scales<fp8, 4>(ka + sb * cw, a, f_k);
       load_halves<4>(kz + 2 * cw, z);
@@ -614,6 +774,12 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
       beta = fmaf(qv.w, z[3], beta);
       std::uint32_t b[4];
       split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
+      if constexpr (PK) {
+        if (r & 1) {
+          b[0] = b[2];
+          b[1] = b[3];
+        }
+      }
       std::uint32_t x[4][kwords];
 #pragma unroll
       for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (cw + u) * krow, x[u]);
@@ -623,15 +789,92 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
       for (int i = 0; i < GM; ++i) {
         mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
-        if constexpr (split_query) mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
+        if constexpr (split_query && !PK)
+          mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
       }
     }
-    // beta: thread (r, t) summed query r over its channels; reduce over t, move to queries 2t, 2t+1.
+    // beta: thread (r, t) summed query r (packed: r / 2) over its channels; reduce
+    // over t, move to queries 2t, 2t+1 (packed: query t, from lane 8t, r = 2t).
     beta += __shfl_xor_sync(0xffffffffu, beta, 1);
     beta += __shfl_xor_sync(0xffffffffu, beta, 2);
     bq0 = __shfl_sync(0xffffffffu, beta, 8 * t);
     bq1 = __shfl_sync(0xffffffffu, beta, 8 * t + 4);
   }
+  if constexpr (PK) {
+    // ---- packed layout: score of (token of M-row r / r + 8, query t) = hi + lo columns
+    float sc[GM][2];
+    {
+      float tk[EH];
+      load_scales<fp8, EH>(rec + SL::key_token_scale_s + sb * tok0, tk, 1.0f);
+      const float n0 = nfq[0] * vs_t;
+#pragma unroll
+      for (int i = 0; i < GM; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          sc[i][h] = fmaf(vs_ak, s[i][2 * h] + s[i][2 * h + 1], bq0) * (tk[2 * i + h] * n0);
+    }
+    float alpha;
+    online_softmax1<GM>(sc, st.m, st.l, alpha);
+    float zsum = 0.0f;
+    {
+      float av[EH], zv[EH];
+      load_scales<fp8, EH>(rec + SL::value_scale_s + sb * tok0, av, f_v);
+      load_halves<EH>(rec + SL::value_zero_s + 2 * tok0, zv);
+      const float vm = vs_av * vmid;
+#pragma unroll
+      for (int e = 0; e < EH; ++e) zv[e] = fmaf(vm, av[e], zv[e]);
+#pragma unroll
+      for (int i = 0; i < GM; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          zsum = fmaf(sc[i][h], zv[2 * i + h], zsum);
+          sc[i][h] *= av[2 * i + h];
+        }
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) zsum += __shfl_xor_sync(0xffffffffu, zsum, o);
+    }
+    std::uint32_t pb0[GM], pb1[GM];
+    p_to_b_split<GM>(sc, pb0, pb1);
+    const int ta0 = SL::token_base(2 * t, sub);
+    constexpr int dAB = SL::token_base(1, 0) - SL::token_base(0, 0);
+    const int vk = SL::value_piece(ta0);
+    const std::uint8_t* vc =
+        rec + SL::value_codes_s + vk * SL::value_codes_q + (ta0 - vk * SL::vpiece_tokens) * vrow;
+    const std::uint8_t* cvp = rec + SL::value_channel_scale_s;
+#pragma unroll
+    for (int ch = 0; ch < NCH; ++ch) {
+      float acc[MC][4];
+#pragma unroll
+      for (int j = 0; j < MC; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+      const int run = OO::template run<NCH, CE>(ch, r);
+      const int coff = run * VB / 8;
+#pragma unroll
+      for (int i = 0; i < GM; ++i) {
+        const int tA = 2 * i, tB = tA + dAB;
+        std::uint32_t x[4][vwords];
+        load_words<vsb>(vc + tA * vrow + coff, x[0]);
+        load_words<vsb>(vc + tB * vrow + coff, x[1]);
+        load_words<vsb>(vc + (tA + 1) * vrow + coff, x[2]);
+        load_words<vsb>(vc + (tB + 1) * vrow + coff, x[3]);
+        std::uint32_t rab[CE], rcd[CE];
+        pair_convert<VB, CE, true>(x[0], x[1], rab);
+        pair_convert<VB, CE, true>(x[2], x[3], rcd);
+#pragma unroll
+        for (int j = 0; j < MC; ++j)
+          mma_f16(acc[j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[i], pb1[i]);
+      }
+      float cv[CE];
+      load_scales<fp8, CE>(cvp + sb * run, cv, 1.0f);
+#pragma unroll
+      for (int j = 0; j < MC; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& o = st.o[ch * MC + j][h];
+          o = fmaf(alpha, o, (cv[2 * j + h] * vs_c) * fmaf(vs_av, acc[j][2 * h] + acc[j][2 * h + 1], zsum));
+        }
+    }
+  } else {
+
   {
     float tk[EH];
     load_scales<fp8, EH>(rec + SL::key_token_scale_s + sb * tok0, tk, 1.0f);
@@ -713,35 +956,38 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
         o = fmaf(alpha[c & 1], o, cc * fmaf(vs_av, acc[j][c], zsum[c & 1]));
       }
   }
+  }  // !PK
 }
 
 // ---------------------------------------------------------------- epilogue
 // Merges the warps of a CTA and writes the split's partial (m, l, O) in the
 // rotated frame (unnormalized, relative to m) to the workspace. Swz: the
 // accumulators are in out_order<D, true> (tile_layout.cuh).
-template <int D, int W, bool Swz = false>
-KVTILE_DEVICE void write_partial(warp_state<D>& st, std::uint8_t* scratch, const kernel_params& p, int seq, int kvh,
-                                 int qg, int split) {
+template <int D, int W, bool Swz = false, int NQ = 2>
+KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, const kernel_params& p, int seq,
+                                 int kvh, int qg, int split) {
   constexpr int os = D + 4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int qq = 0; qq < 2; ++qq)
+  for (int qq = 0; qq < NQ; ++qq)
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) st.l[qq] += __shfl_xor_sync(0xffffffffu, st.l[qq], o);
   float* wo = reinterpret_cast<float*>(scratch);
   float* wm = wo + W * max_group * os;
   float* wl = wm + W * max_group;
   __syncthreads();  // every warp is done with its stages
+  // thread (r, t) holds queries NQ t + q, q < NQ (o[m][NQ h + q]: M-row r + 8 h)
 #pragma unroll
   for (int m = 0; m < D / 16; ++m)
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-      wo[(warp * max_group + 2 * t + (c & 1)) * os + out_order<D, Swz>::chan(r, m, c >> 1)] = st.o[m][c];
+    for (int c = 0; c < 2 * NQ; ++c)
+      wo[(warp * max_group + NQ * t + c % NQ) * os + out_order<D, Swz>::chan(r, m, c / NQ)] = st.o[m][c];
   if (r == 0) {
-    wm[warp * max_group + 2 * t] = st.m[0];
-    wm[warp * max_group + 2 * t + 1] = st.m[1];
-    wl[warp * max_group + 2 * t] = st.l[0];
-    wl[warp * max_group + 2 * t + 1] = st.l[1];
+#pragma unroll
+    for (int q = 0; q < NQ; ++q) {
+      wm[warp * max_group + NQ * t + q] = st.m[q];
+      wl[warp * max_group + NQ * t + q] = st.l[q];
+    }
   }
   __syncthreads();
   const int nq = min(max_group, p.group - qg * max_group);
@@ -830,13 +1076,73 @@ KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t s
   }
 }
 
-template <class Config, class Packer, class QT, int R, int Stages>
+// Stage pool (KVTILE_ATTENTION_POOL): S stages shared by W warps (S > W, one
+// warp per record). Local tile k = j - j0 goes to warp k % W and stage k % S.
+// The warp that finishes tile k issues tile k + S into the stage it just freed,
+// so S - W records are in flight beyond the W being computed, with fewer than 2
+// stages per warp. tickets[s] counts the tiles released into stage s (issued,
+// or skipped when not staged): the consumer of tile k (use u = k / S of stage
+// s) first waits for tickets[s] > u, which orders it after the consumer of
+// tile k - S and so after that tile's load, so the full barrier's phase parity
+// (the staged uses before k; only tile 0 can be an unstaged one, the sink)
+// cannot alias an older phase.
+// Ticket accesses are shared-memory atomics with CTA fences (release: fence,
+// then the atomic store; acquire: the atomic load, then a fence), which
+// compute-sanitizer's racecheck treats as synchronized.
+KVTILE_DEVICE std::uint32_t ticket_acquire(std::uint32_t* p) {
+  const std::uint32_t v = atomicAdd(p, 0u);
+  __threadfence_block();
+  return v;
+}
+KVTILE_DEVICE void ticket_release(std::uint32_t* p, std::uint32_t v) {
+  __threadfence_block();
+  atomicExch(p, v);
+}
+
+template <int W, int S, class StageFn>
+KVTILE_DEVICE void pool_prologue(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* full,
+                                 std::uint32_t* tickets, StageFn&& stage_src) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane != 0) return;
+  for (int k = warp; k < S; k += W) {
+    if (j0 + k < j1) stage_src(j0 + k, stages + k * stage_bytes, full + k);
+    ticket_release(tickets + k, 1u);
+  }
+}
+
+template <int W, int S, class StageFn, class RunFn>
+KVTILE_DEVICE void pool_loop(int j0, int j1, bool skip0, std::uint8_t* stages, std::size_t stage_bytes,
+                             std::uint64_t* full, std::uint32_t* tickets, StageFn&& stage_src, RunFn&& run) {
+  static_assert(S > W, "a pool has more stages than warps");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n = j1 - j0;
+  for (int k = warp; k < n; k += W) {
+    const int sidx = k % S, u = k / S;
+    if (lane == 0)
+      while (ticket_acquire(tickets + sidx) <= static_cast<std::uint32_t>(u)) {
+      }
+    __syncwarp();
+    const int staged_before = u - (skip0 && sidx == 0 && u > 0 ? 1 : 0);
+    std::uint8_t* buf = stages + sidx * stage_bytes;
+    run(j0 + k, buf, full + sidx, static_cast<std::uint32_t>(staged_before) & 1u);
+    __syncwarp();
+    if (lane == 0 && k + S < n) {
+      fence_proxy_async();
+      stage_src(j0 + k + S, buf, full + sidx);
+      ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
+    }
+  }
+}
+
+template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0>
 __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
   constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H;
   constexpr bool Swz = quant_swizzled<Config, Packer, Stages>();
+  static_assert(Pool == 0 || (H == 1 && Stages == 1 && Pool > W), "a stage pool: one warp per record, > W stages");
   using SL = stage_layout<Config, Packer, H, Swz>;  // the record in a stage (code pieces, padding)
-  using plan = smem_plan<D, W, Stages, SL::bytes, R, keep_qn<Packer>()>;
+  // Pool: R x Stages = Pool stages; the 2 Pool barrier slots are Pool full barriers and the tickets.
+  using plan = smem_plan<D, W, Stages, SL::bytes, (Pool > 0 ? Pool : R), keep_qn<Packer>()>;
   extern __shared__ __align__(128) std::uint8_t smem[];
   float* qn = reinterpret_cast<float*>(smem + plan::qn);
   float* nf = reinterpret_cast<float*>(smem + plan::nf);
@@ -846,8 +1152,16 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
 
   const int split = blockIdx.x, seq = blockIdx.z;
   const int kvh = blockIdx.y / p.qgroups, qg = blockIdx.y % p.qgroups;
+  std::uint32_t* tickets = reinterpret_cast<std::uint32_t*>(bars + Pool);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 2 * R * Stages; ++i) mbar_init(bars + i, 1);
+    if constexpr (Pool > 0) {
+      for (int i = 0; i < Pool; ++i) {
+        mbar_init(bars + i, 1);
+        tickets[i] = 0u;
+      }
+    } else {
+      for (int i = 0; i < 2 * R * Stages; ++i) mbar_init(bars + i, 1);
+    }
     mbar_init_fence();
   }
   const int len = cache.seq_lens[seq];
@@ -863,35 +1177,43 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
     stage_record<SL>(dst, cache.record(ptab[j], kvh), bar);
   };
   __syncthreads();  // barriers initialized: the first records fly while the queries are rotated
-  ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
+  if constexpr (Pool > 0) {
+    pool_prologue<W, Pool>(j0, j1, stages, plan::stage_bytes, bars, tickets, stage_src);
+  } else {
+    ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
+  }
   load_queries<QT, D, W, true, keep_qn<Packer>(), Swz>(p, seq, kvh, qg, qn, nf, qf);
   __syncthreads();
 
   const int sub = (threadIdx.x >> 5) % H;
   const int t = (threadIdx.x & 31) & 3;
-  const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
-  warp_state<D> st;
+  const float nfq[2] = {nf[PK ? t : 2 * t], nf[PK ? t : 2 * t + 1]};
+  warp_state<D, PK ? 1 : 2> st;
   st.reset();
 
   auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
     if (is_quant(j)) {
       mbar_wait(bar, par);
-      quant_tile<Config, Packer, H, Swz>(buf, qn, qf, nfq, st, sub);
+      quant_tile<Config, Packer, H, Swz, PK>(buf, qn, qf, nfq, st, sub);
       return true;
     }
     const std::int64_t off = cache.tile_offset(seq, kvh);
     if (j < n_full) {  // the sink
-      fp16_tile<D, G, H, Swz>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
+      fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
                          reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, qf, nfq, st, sub);
     } else {
-      fp16_tile<D, G, H, Swz>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
+      fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
                          reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, qf, nfq, st, sub);
     }
     return false;
   };
-  warp_loop<R, H, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+  if constexpr (Pool > 0) {
+    pool_loop<W, Pool>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
+  } else {
+    warp_loop<R, H, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+  }
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
-  write_partial<D, W, Swz>(st, stages, p, seq, kvh, qg, split);
+  write_partial<D, W, Swz, PK ? 1 : 2>(st, stages, p, seq, kvh, qg, split);
 }
 
 template <int D, int PT, class QT, int W, int Stages>
@@ -1007,7 +1329,10 @@ inline int choose_splits(int units, int max_tiles, int warps, int requested) {
   const int sms = sm_count();
   if (units <= 0 || units >= sms) return 1;
   int s = sms / units;  // one CTA per SM: never spill into a second wave
-  const int smax = (max_tiles + warps - 1) / warps;
+  // at least ~8 tiles per CTA (fewer leave warps idle; with more than 8 warps
+  // per CTA a CTA with 8 tiles still beats an idle SM)
+  const int per = warps < 8 ? warps : 8;
+  const int smax = (max_tiles + per - 1) / per;
   if (s > smax) s = smax;
   return s < 1 ? 1 : s;
 }
@@ -1078,16 +1403,24 @@ struct quant_kernel_traits {
   using config = typename Codec::config;
   using packer = typename Codec::packer;
   static constexpr int D = config::head_dim;
-  static constexpr int stages = 2;
+  static constexpr int stages = KVTILE_ATTENTION_STAGES;
   static constexpr std::size_t record_bytes = Codec::record_bytes;
   static constexpr int warps_per_record = detail::warps_per_record<config>();
   // The record as laid out in a stage (tile_layout.cuh).
   static constexpr bool swizzled = detail::quant_swizzled<config, packer, stages>();
   using stage = detail::stage_layout<config, packer, warps_per_record, swizzled>;
-  static constexpr int rings = detail::warps_for<record_bytes, stages>();  // records in flight per CTA / stages
+  static constexpr int rings = detail::warps_for<record_bytes, stages, KVTILE_ATTENTION_MAX_RINGS>();  // records in flight per CTA / stages
   static constexpr int warps = rings * warps_per_record;
   using plan = detail::smem_plan<D, warps, stages, stage::bytes, rings, detail::keep_qn<packer>()>;
   static constexpr std::size_t smem_bytes = plan::bytes;
+  // The stage-pool kernel for long single-split work (paged_decode): pool_warps
+  // warps share `pool` stages (0: no pool kernel).
+  static constexpr int pool_warps = warps_per_record == 1 ? KVTILE_ATTENTION_POOL_WARPS : 0;
+  static constexpr int pool =
+      pool_warps > 0 ? detail::fit_pool<D, pool_warps, stage::bytes, detail::keep_qn<packer>(), KVTILE_ATTENTION_POOL>()
+                     : 0;
+  static constexpr std::size_t pool_smem_bytes =
+      detail::pool_smem_bytes<D, pool_warps, stage::bytes, detail::keep_qn<packer>(), pool>();
   static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
   static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");
   static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
@@ -1128,10 +1461,35 @@ status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cud
   using tr = quant_kernel_traits<Codec>;
   if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
   const int splits = plan_splits<Codec>(cache, a.q_heads, a.num_splits);
-  auto kernel = detail::quant_decode_kernel<typename tr::config, typename tr::packer, QT, tr::rings, tr::stages>;
-  static bool configured = false;  // per instantiation (one kernel)
-  return detail::launch<decltype(kernel), QT, paged_cache_view, tr::D, true>(kernel, tr::smem_bytes, cache, a, splits,
-                                                                             stream, tr::warps * 32, configured);
+  const bool packed = detail::packed_layout && a.q_heads / cache.kv_heads <= detail::max_group / 2;
+  // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
+  const bool pool = tr::pool > 0 && splits == 1 && cache.max_pages_per_seq >= 128;
+  using cfg = typename tr::config;
+  using pk = typename tr::packer;
+  auto go = [&](auto kernel, std::size_t smem, int warps, bool& configured) {
+    return detail::launch<decltype(kernel), QT, paged_cache_view, tr::D, true>(kernel, smem, cache, a, splits, stream,
+                                                                               warps * 32, configured);
+  };
+  if constexpr (tr::pool > 0) {
+    if (pool && packed) {
+      static bool configured = false;  // per instantiation (one kernel)
+      return go(detail::quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, true, tr::pool>, tr::pool_smem_bytes,
+                tr::pool_warps, configured);
+    }
+    if (pool) {
+      static bool configured = false;
+      return go(detail::quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, false, tr::pool>, tr::pool_smem_bytes,
+                tr::pool_warps, configured);
+    }
+  }
+  if (packed) {
+    static bool configured = false;
+    return go(detail::quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, true>, tr::smem_bytes, tr::warps,
+              configured);
+  }
+  static bool configured = false;
+  return go(detail::quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, false>, tr::smem_bytes, tr::warps,
+            configured);
 }
 
 // ---------------------------------------------------------------- fp16 baseline
