@@ -800,81 +800,10 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
     bq0 = __shfl_sync(0xffffffffu, beta, 8 * t);
     bq1 = __shfl_sync(0xffffffffu, beta, 8 * t + 4);
   }
-  if constexpr (PK) {
-    // ---- packed layout: score of (token of M-row r / r + 8, query t) = hi + lo columns
-    float sc[GM][2];
-    {
-      float tk[EH];
-      load_scales<fp8, EH>(rec + SL::key_token_scale_s + sb * tok0, tk, 1.0f);
-      const float n0 = nfq[0] * vs_t;
-#pragma unroll
-      for (int i = 0; i < GM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          sc[i][h] = fmaf(vs_ak, s[i][2 * h] + s[i][2 * h + 1], bq0) * (tk[2 * i + h] * n0);
-    }
-    float alpha;
-    online_softmax1<GM>(sc, st.m, st.l, alpha);
-    float zsum = 0.0f;
-    {
-      float av[EH], zv[EH];
-      load_scales<fp8, EH>(rec + SL::value_scale_s + sb * tok0, av, f_v);
-      load_halves<EH>(rec + SL::value_zero_s + 2 * tok0, zv);
-      const float vm = vs_av * vmid;
-#pragma unroll
-      for (int e = 0; e < EH; ++e) zv[e] = fmaf(vm, av[e], zv[e]);
-#pragma unroll
-      for (int i = 0; i < GM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          zsum = fmaf(sc[i][h], zv[2 * i + h], zsum);
-          sc[i][h] *= av[2 * i + h];
-        }
-#pragma unroll
-      for (int o = 4; o < 32; o <<= 1) zsum += __shfl_xor_sync(0xffffffffu, zsum, o);
-    }
-    std::uint32_t pb0[GM], pb1[GM];
-    p_to_b_split<GM>(sc, pb0, pb1);
-    const int ta0 = SL::token_base(2 * t, sub);
-    constexpr int dAB = SL::token_base(1, 0) - SL::token_base(0, 0);
-    const int vk = SL::value_piece(ta0);
-    const std::uint8_t* vc =
-        rec + SL::value_codes_s + vk * SL::value_codes_q + (ta0 - vk * SL::vpiece_tokens) * vrow;
-    const std::uint8_t* cvp = rec + SL::value_channel_scale_s;
-#pragma unroll
-    for (int ch = 0; ch < NCH; ++ch) {
-      float acc[MC][4];
-#pragma unroll
-      for (int j = 0; j < MC; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-      const int run = OO::template run<NCH, CE>(ch, r);
-      const int coff = run * VB / 8;
-#pragma unroll
-      for (int i = 0; i < GM; ++i) {
-        const int tA = 2 * i, tB = tA + dAB;
-        std::uint32_t x[4][vwords];
-        load_words<vsb>(vc + tA * vrow + coff, x[0]);
-        load_words<vsb>(vc + tB * vrow + coff, x[1]);
-        load_words<vsb>(vc + (tA + 1) * vrow + coff, x[2]);
-        load_words<vsb>(vc + (tB + 1) * vrow + coff, x[3]);
-        std::uint32_t rab[CE], rcd[CE];
-        pair_convert<VB, CE, true>(x[0], x[1], rab);
-        pair_convert<VB, CE, true>(x[2], x[3], rcd);
-#pragma unroll
-        for (int j = 0; j < MC; ++j)
-          mma_f16(acc[j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[i], pb1[i]);
-      }
-      float cv[CE];
-      load_scales<fp8, CE>(cvp + sb * run, cv, 1.0f);
-#pragma unroll
-      for (int j = 0; j < MC; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float& o = st.o[ch * MC + j][h];
-          o = fmaf(alpha, o, (cv[2 * j + h] * vs_c) * fmaf(vs_av, acc[j][2 * h] + acc[j][2 * h + 1], zsum));
-        }
-    }
-  } else {
-
+  // ---- scores: t[g] (vs_ak S + beta) nf, then the online softmax. Packed
+  // layout: score of (token of M-row r / r + 8, query t) = hi + lo columns.
+  float sc[PK ? GM : 1][2];
+  float alpha[2];  // packed: alpha[0]
   {
     float tk[EH];
     load_scales<fp8, EH>(rec + SL::key_token_scale_s + sb * tok0, tk, 1.0f);
@@ -884,14 +813,22 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float tt = tk[2 * i + h];
-        s[i][2 * h + 0] = fmaf(vs_ak, s[i][2 * h + 0], bq0) * (tt * n0);
-        s[i][2 * h + 1] = fmaf(vs_ak, s[i][2 * h + 1], bq1) * (tt * n1);
+        if constexpr (PK) {
+          sc[i][h] = fmaf(vs_ak, s[i][2 * h] + s[i][2 * h + 1], bq0) * (tt * n0);
+        } else {
+          s[i][2 * h + 0] = fmaf(vs_ak, s[i][2 * h + 0], bq0) * (tt * n0);
+          s[i][2 * h + 1] = fmaf(vs_ak, s[i][2 * h + 1], bq1) * (tt * n1);
+        }
       }
   }
-  float alpha[2];
-  online_softmax<GM>(s, st.m, st.l, alpha);
+  if constexpr (PK) {
+    online_softmax1<GM>(sc, st.m, st.l, alpha[0]);
+  } else {
+    online_softmax<GM>(s, st.m, st.l, alpha);
+  }
 
   // ---- P' = p * a_V (per token), zsum = sum p (z_V + vs_av a_V vmid) (the centered codes' offset)
+  constexpr int NQ = PK ? 1 : 2;
   float zsum[2] = {0.0f, 0.0f};
   {
     float av[EH], zv[EH];
@@ -903,18 +840,28 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
     for (int i = 0; i < GM; ++i)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int e = 2 * i + (c >> 1);
-        zsum[c & 1] = fmaf(s[i][c], zv[e], zsum[c & 1]);
-        s[i][c] *= av[e];
+      for (int c = 0; c < 2 * NQ; ++c) {
+        const int e = 2 * i + c / NQ;  // M-row r + 8 (c / NQ) of block i
+        float* pv;
+        if constexpr (PK) {
+          pv = &sc[i][c];
+        } else {
+          pv = &s[i][c];
+        }
+        zsum[c % NQ] = fmaf(*pv, zv[e], zsum[c % NQ]);
+        *pv *= av[e];
       }
 #pragma unroll
-    for (int qq = 0; qq < 2; ++qq)
+    for (int qq = 0; qq < NQ; ++qq)
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) zsum[qq] += __shfl_xor_sync(0xffffffffu, zsum[qq], o);
   }
   std::uint32_t pb0[GM], pb1[GM];
-  p_to_b<GM>(s, pb0, pb1);
+  if constexpr (PK) {
+    p_to_b_split<GM>(sc, pb0, pb1);
+  } else {
+    p_to_b<GM>(s, pb0, pb1);
+  }
 
   // ---- O^T += c_V * (vs_av * (codes - vmid)^T P'^T + zsum): channels on M, tokens on K
   // Lane t's PV tokens tA = ta0 + 2i, tB = tA + dAB (+1 each) lie in one value piece.
@@ -947,16 +894,22 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
     }
     float cv[CE];
     load_scales<fp8, CE>(cvp + sb * run, cv, 1.0f);
+    // packed: the (hi, lo) columns of query t are summed; st.o[m][h] is M-row r + 8 h
 #pragma unroll
     for (int j = 0; j < MC; ++j)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float cc = cv[2 * j + (c >> 1)] * vs_c;
+      for (int c = 0; c < 2 * NQ; ++c) {
+        const float cc = cv[2 * j + c / NQ] * vs_c;
+        float a;
+        if constexpr (PK) {
+          a = acc[j][2 * c] + acc[j][2 * c + 1];
+        } else {
+          a = acc[j][c];
+        }
         float& o = st.o[ch * MC + j][c];
-        o = fmaf(alpha[c & 1], o, cc * fmaf(vs_av, acc[j][c], zsum[c & 1]));
+        o = fmaf(alpha[c % NQ], o, cc * fmaf(vs_av, a, zsum[c % NQ]));
       }
   }
-  }  // !PK
 }
 
 // ---------------------------------------------------------------- epilogue
