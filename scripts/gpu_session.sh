@@ -119,8 +119,10 @@ if want bench; then
     echo "variant $n (${v#*:}):" >> "$SUMMARY"
     grep -E "^(fp16_baseline|k4v2_g128 )" "$OUT/bench/attention_$n.log" | head -14 >> "$SUMMARY"
   done
-  sel sdpa && PYTHONUNBUFFERED=1 timeout 120 python3 bench/device/sdpa_bench.py --json "$OUT/bench/sdpa.json" --iters 50 \
-    > "$OUT/bench/sdpa.log" 2>&1 || say "sdpa failed (see bench/sdpa.log)"
+  if sel sdpa; then
+    PYTHONUNBUFFERED=1 timeout 120 python3 bench/device/sdpa_bench.py --json "$OUT/bench/sdpa.json" --iters 50 \
+      > "$OUT/bench/sdpa.log" 2>&1 || say "sdpa failed (see bench/sdpa.log)"
+  fi
   say "bench done"
 fi
 
@@ -140,6 +142,13 @@ if want profile; then
       --kernel-name "regex:quant_decode_kernel<kvtile::tile_config<.int.128, .int.128, .int.4, .int.2>, kvtile::fp8_scales" \
       --launch-skip 170 --launch-count 1 $SEC --section SourceCounters --section WarpStateStats \
       build_attn/$b --iters 50 > "$OUT/profile/ncu_$b.txt" 2>&1
+    # the same launch, per-SASS-line counters -> executed warp instructions per opcode
+    sel build_attn/$b && timeout 90 "$NCU" --kernel-name-base demangled \
+      --kernel-name "regex:quant_decode_kernel<kvtile::tile_config<.int.128, .int.128, .int.4, .int.2>, kvtile::fp8_scales" \
+      --launch-skip 170 --launch-count 1 --section SourceCounters --page source --print-source sass --csv \
+      build_attn/$b --iters 50 > "$OUT/profile/src_$b.csv" 2>&1 &&
+      python3 scripts/sass_histogram.py "$OUT/profile/src_$b.csv" > "$OUT/profile/opcodes_$b.txt" 2>&1
+    sed -n 1,12p "$OUT/profile/opcodes_$b.txt" 2>/dev/null | sed "s/^/$b: /" >> "$SUMMARY"
   done
   if sel build_attn/bench_attention && command -v cuobjdump >/dev/null; then
     # SASS of the k4v2_g128 fp8 D=128 attention kernel(s) and an opcode histogram

@@ -359,7 +359,9 @@ int main(int argc, char** argv) {
   std::printf("%-16s %4s %4s %4s %4s %7s %6s %10s %9s %8s %7s %8s\n", "kernel", "B", "Hq", "Hkv", "D", "tokens", "splits",
               "us", "GB/s", "ceil%", "MB", "vs fp16");
   const shape shapes[] = {{1, 32, 8, 128, 16384},  {8, 32, 8, 128, 16384}, {32, 32, 8, 128, 16384},
-                          {16, 32, 8, 128, 65536}, {64, 32, 8, 128, 8192}, {1, 32, 8, 128, 131072}};
+                          {16, 32, 8, 128, 65536}, {64, 32, 8, 128, 8192}, {1, 32, 8, 128, 131072},
+                          // not an issue shape: GQA 8 (64 query heads, e.g. Llama-3-70B), the 8-query layout
+                          {16, 64, 8, 128, 32768}};
   for (const shape& s : shapes) {
     const double f = fp16_baseline(s);
     quant_run<k4v2_g128<128>>("k4v2_g128", s, f);

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 SHAPES = [(1, 32, 8, 128, 16384), (8, 32, 8, 128, 16384), (32, 32, 8, 128, 16384),
-          (16, 32, 8, 128, 65536), (64, 32, 8, 128, 8192), (1, 32, 8, 128, 131072)]
+          (16, 32, 8, 128, 65536), (64, 32, 8, 128, 8192), (1, 32, 8, 128, 131072),
+          (16, 64, 8, 128, 32768)]  # the last: GQA 8, not an issue shape
 
 
 def main():

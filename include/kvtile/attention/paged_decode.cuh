@@ -185,13 +185,28 @@ constexpr std::size_t pool_smem_bytes() {
 #endif
 inline constexpr bool split_query = KVTILE_ATTENTION_SPLIT_QUERY != 0;
 
-// fp8_scales keys: fold the E4M3 per-channel key scale into the code -> fp16
-// conversion (exact, see pair_convert_scaled) instead of into the query, so the
-// QK B operands are the query's hi/lo fragments made once per CTA, and compute
-// beta = sum q z_K with two more MMAs per k-step instead of fp32 FMAs and
-// shuffles. -DKVTILE_ATTENTION_FOLD_KEY_SCALE=0: the previous per-tile q a split.
+// Raw codes (pair_extract, fragments.cuh): codes whose conversion only undoes
+// the magic number (no scale folded in) enter the MMA as fp16 subnormals, one
+// LOP3 per register instead of LOP3 + fma.f16x2; the position factor is a
+// constant of the accumulator, removed in the fp32 scale that follows anyway.
+// Used for values in the packed layout (P is hi + lo there, so the codes need
+// no centering) and for keys whose scale goes into the query (always, unless
+// KVTILE_ATTENTION_FOLD_KEY_SCALE below). -DKVTILE_ATTENTION_RAW_CODES=0: off.
+#ifndef KVTILE_ATTENTION_RAW_CODES
+#define KVTILE_ATTENTION_RAW_CODES 1
+#endif
+inline constexpr bool raw_codes = KVTILE_ATTENTION_RAW_CODES != 0;
+// fp8_scales keys, -DKVTILE_ATTENTION_FOLD_KEY_SCALE=1: fold the E4M3
+// per-channel key scale into the code -> fp16 conversion (exact, see
+// pair_convert_scaled) instead of into the query, so the QK B operands are the
+// query's hi/lo fragments made once per CTA, and beta = sum q z_K takes two
+// more MMAs per k-step instead of fp32 FMAs and shuffles. That was the faster
+// path while every code conversion had its fma.f16x2 anyway; with raw codes
+// the per-tile q a split is faster (H200, k4v2_g128 D = 128, 16 x 64K,
+// 2026-11-29, one call: 246.7 us vs 253.3 us folded), so folding is the
+// default only with -DKVTILE_ATTENTION_RAW_CODES=0.
 #ifndef KVTILE_ATTENTION_FOLD_KEY_SCALE
-#define KVTILE_ATTENTION_FOLD_KEY_SCALE 1
+#define KVTILE_ATTENTION_FOLD_KEY_SCALE (KVTILE_ATTENTION_RAW_CODES ? 0 : 1)
 #endif
 inline constexpr bool fold_key_scale = KVTILE_ATTENTION_FOLD_KEY_SCALE != 0;
 // Whether the quantized kernel reads the fp32 query rows per tile (not the fold path).
@@ -218,6 +233,23 @@ KVTILE_DEVICE void split_b(float x0, float x1, float x2, float x3, std::uint32_t
     half2_to_float2(b[1], h2, h3);
     b[2] = pack_half2(x0 - h0, x1 - h1);
     b[3] = pack_half2(x2 - h2, x3 - h3);
+  }
+}
+
+// Packed layout: only the part of split_b's output that this lane's B column
+// holds, the hi part (lo = 0) or the lo part x - hi (lo = 1; FMA with 1 gives
+// the same exact difference): 2 conversions and no select instead of 4.
+KVTILE_DEVICE void split_b_part(float x0, float x1, float x2, float x3, float lo, std::uint32_t (&b)[2]) {
+  if constexpr (split_query) {
+    const std::uint32_t h01 = pack_half2(x0, x1), h23 = pack_half2(x2, x3);
+    float h0, h1, h2, h3;
+    half2_to_float2(h01, h0, h1);
+    half2_to_float2(h23, h2, h3);
+    b[0] = pack_half2(fmaf(-lo, h0, x0), fmaf(-lo, h1, x1));
+    b[1] = pack_half2(fmaf(-lo, h2, x2), fmaf(-lo, h3, x3));
+  } else {  // no lo part: its columns are zero
+    b[0] = lo != 0.0f ? 0u : pack_half2(x0, x1);
+    b[1] = lo != 0.0f ? 0u : pack_half2(x2, x3);
   }
 }
 
@@ -684,7 +716,12 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   constexpr int krow = G * KB / 8, ksh = EH * KB / 8, vrow = D * VB / 8, vsb = CE * VB / 8;
   constexpr int kwords = ksh >= 4 ? ksh / 4 : 1, vwords = vsb >= 4 ? vsb / 4 : 1;
   constexpr int sb = fp8 ? 1 : 2;  // bytes per scale entry
-  constexpr float vmid = static_cast<float>(1 << (VB - 1));  // value codes are converted centered: x - vmid
+  // Raw (subnormal) codes, see raw_codes: keys unless their scale is folded
+  // into the conversion, values in the packed layout. Values otherwise are
+  // converted centered: x - vmid.
+  constexpr bool raw_keys = raw_codes && !(fp8 && fold_key_scale);
+  constexpr bool raw_values = raw_codes && PK;
+  constexpr float vmid = raw_values ? 0.0f : static_cast<float>(1 << (VB - 1));
   const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
   const int tok0 = SL::token_base(r, sub);  // first token of this thread's key/scale run
 
@@ -756,6 +793,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
     vs_ak *= 8.0f;  // the codes came out as x a / 8
   } else {
     float beta = 0.0f;
+    const float lo_part = (r & 1) ? 1.0f : 0.0f;  // packed: odd r holds the lo part
 #ifdef KVTILE_ATTENTION_QK_UNROLL
 #pragma unroll qk_unroll
 #else
@@ -773,19 +811,25 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
       beta = fmaf(qv.z, z[2], beta);
       beta = fmaf(qv.w, z[3], beta);
       std::uint32_t b[4];
-      split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
       if constexpr (PK) {
-        if (r & 1) {
-          b[0] = b[2];
-          b[1] = b[3];
-        }
+        std::uint32_t bp[2];
+        split_b_part(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], lo_part, bp);
+        b[0] = bp[0];
+        b[1] = bp[1];
+      } else {
+        split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
       }
       std::uint32_t x[4][kwords];
 #pragma unroll
       for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (cw + u) * krow, x[u]);
       std::uint32_t r01[EH], r23[EH];
-      pair_convert<KB, EH>(x[0], x[1], r01);
-      pair_convert<KB, EH>(x[2], x[3], r23);
+      if constexpr (raw_keys) {
+        pair_extract<KB, EH>(x[0], x[1], r01);
+        pair_extract<KB, EH>(x[2], x[3], r23);
+      } else {
+        pair_convert<KB, EH>(x[0], x[1], r01);
+        pair_convert<KB, EH>(x[2], x[3], r23);
+      }
 #pragma unroll
       for (int i = 0; i < GM; ++i) {
         mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
@@ -813,11 +857,13 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float tt = tk[2 * i + h];
+        // token 2i + h of the run: raw codes carry its position factor
+        const float ak = raw_keys ? vs_ak * raw_unscale<KB>(2 * i + h) : vs_ak;
         if constexpr (PK) {
-          sc[i][h] = fmaf(vs_ak, s[i][2 * h] + s[i][2 * h + 1], bq0) * (tt * n0);
+          sc[i][h] = fmaf(ak, s[i][2 * h] + s[i][2 * h + 1], bq0) * (tt * n0);
         } else {
-          s[i][2 * h + 0] = fmaf(vs_ak, s[i][2 * h + 0], bq0) * (tt * n0);
-          s[i][2 * h + 1] = fmaf(vs_ak, s[i][2 * h + 1], bq1) * (tt * n1);
+          s[i][2 * h + 0] = fmaf(ak, s[i][2 * h + 0], bq0) * (tt * n0);
+          s[i][2 * h + 1] = fmaf(ak, s[i][2 * h + 1], bq1) * (tt * n1);
         }
       }
   }
@@ -834,9 +880,11 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
     float av[EH], zv[EH];
     load_scales<fp8, EH>(rec + SL::value_scale_s + sb * tok0, av, f_v);
     load_halves<EH>(rec + SL::value_zero_s + 2 * tok0, zv);
-    const float vm = vs_av * vmid;
+    if constexpr (!raw_values) {
+      const float vm = vs_av * vmid;
 #pragma unroll
-    for (int e = 0; e < EH; ++e) zv[e] = fmaf(vm, av[e], zv[e]);
+      for (int e = 0; e < EH; ++e) zv[e] = fmaf(vm, av[e], zv[e]);
+    }
 #pragma unroll
     for (int i = 0; i < GM; ++i)
 #pragma unroll
@@ -887,8 +935,13 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
       load_words<vsb>(vc + (tA + 1) * vrow + coff, x[2]);
       load_words<vsb>(vc + (tB + 1) * vrow + coff, x[3]);
       std::uint32_t rab[CE], rcd[CE];
-      pair_convert<VB, CE, true>(x[0], x[1], rab);
-      pair_convert<VB, CE, true>(x[2], x[3], rcd);
+      if constexpr (raw_values) {
+        pair_extract<VB, CE>(x[0], x[1], rab);
+        pair_extract<VB, CE>(x[2], x[3], rcd);
+      } else {
+        pair_convert<VB, CE, true>(x[0], x[1], rab);
+        pair_convert<VB, CE, true>(x[2], x[3], rcd);
+      }
 #pragma unroll
       for (int j = 0; j < MC; ++j) mma_f16(acc[j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[i], pb1[i]);
     }
@@ -900,6 +953,8 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
       for (int c = 0; c < 2 * NQ; ++c) {
         const float cc = cv[2 * j + c / NQ] * vs_c;
+        // channel 2j + c/NQ of the run: raw codes carry its position factor
+        const float va = raw_values ? vs_av * raw_unscale<VB>(2 * j + c / NQ) : vs_av;
         float a;
         if constexpr (PK) {
           a = acc[j][2 * c] + acc[j][2 * c + 1];
@@ -907,7 +962,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
           a = acc[j][c];
         }
         float& o = st.o[ch * MC + j][c];
-        o = fmaf(alpha[c % NQ], o, cc * fmaf(vs_av, a, zsum[c % NQ]));
+        o = fmaf(alpha[c % NQ], o, cc * fmaf(va, a, zsum[c % NQ]));
       }
   }
 }
@@ -1427,7 +1482,11 @@ struct quant_kernel_traits {
   // The record as laid out in a stage (tile_layout.cuh).
   static constexpr bool swizzled = detail::quant_swizzled<config, packer, stages>();
   using stage = detail::stage_layout<config, packer, warps_per_record, swizzled>;
-  static constexpr int rings = detail::warps_for<record_bytes, stages, KVTILE_ATTENTION_MAX_RINGS>();  // records in flight per CTA / stages
+  // records in flight per CTA / stages: as many rings as the stages, the query
+  // rows and the fragments leave room for
+  static constexpr int rings =
+      detail::fit_rings<D, stages, stage::bytes, detail::keep_qn<packer>(),
+                        detail::warps_for<record_bytes, stages, KVTILE_ATTENTION_MAX_RINGS>()>();
   static constexpr int warps = rings * warps_per_record;
   using plan = detail::smem_plan<D, warps, stages, stage::bytes, rings, detail::keep_qn<packer>()>;
   static constexpr std::size_t smem_bytes = plan::bytes;

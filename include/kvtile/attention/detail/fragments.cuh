@@ -148,6 +148,56 @@ KVTILE_DEVICE void pair_convert(const std::uint32_t* x, const std::uint32_t* y, 
   }
 }
 
+// pair_convert without the fma: the codes stay where the merge put them and
+// are read as fp16 SUBNORMALS. A code x at bit offset s of a 16-bit half, with
+// s + Bits <= 10 (inside the mantissa, exponent field 0), reads as the fp16
+// x 2^(s - 24), exactly; so `piece & mask` (one LOP3) is already an MMA
+// operand, and the factor 2^(s - 24) is removed after the MMA, where it is a
+// constant of the accumulator (raw_unscale). Offsets: 4-bit 0, 4 (then the
+// piece shifted by 8: 0, 4); 2-bit 0, 2, 4, 6, 8 (then shifted by 10: 0, 2, 4).
+// The tensor cores multiply fp16 subnormals exactly (the products are exact in
+// fp32, see docs/attention.md, "Raw codes"). One instruction per register
+// instead of two; not centered (no bias without the fma).
+template <int Bits>
+KVTILE_DEVICE constexpr int raw_shift(int i) {
+  return Bits == 4 ? (i % 2) * 4 : ((i % 8) < 5 ? 2 * (i % 8) : 2 * (i % 8 - 5));
+}
+// 2^(24 - raw_shift(i)): out[i] of pair_extract times this is the code.
+template <int Bits>
+KVTILE_DEVICE constexpr float raw_unscale(int i) {
+  return static_cast<float>(1u << (24 - raw_shift<Bits>(i)));
+}
+
+template <int Bits, int N>
+KVTILE_DEVICE void pair_extract(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out) {
+  static_assert(Bits == 2 || Bits == 4, "pair_extract handles 2- and 4-bit codes");
+  static_assert((N * Bits) % 16 == 0, "a stream holds whole 16-bit chunks");
+  constexpr int chunks = N * Bits / 16;
+  constexpr int per_chunk = 16 / Bits;
+#pragma unroll
+  for (int ck = 0; ck < chunks; ++ck) {
+    const std::uint32_t p = prmt(x[ck / 2], y[ck / 2], (ck & 1) ? 0x7632u : 0x5410u);
+    std::uint32_t* o = out + ck * per_chunk;
+    if constexpr (Bits == 4) {
+      const std::uint32_t p2 = p >> 8;
+      o[0] = p & 0x000F000Fu;
+      o[1] = p & 0x00F000F0u;
+      o[2] = p2 & 0x000F000Fu;
+      o[3] = p2 & 0x00F000F0u;
+    } else {
+      const std::uint32_t p2 = p >> 10;
+      o[0] = p & 0x00030003u;
+      o[1] = p & 0x000C000Cu;
+      o[2] = p & 0x00300030u;
+      o[3] = p & 0x00C000C0u;
+      o[4] = p & 0x03000300u;
+      o[5] = p2 & 0x00030003u;
+      o[6] = p2 & 0x000C000Cu;
+      o[7] = p2 & 0x00300030u;
+    }
+  }
+}
+
 KVTILE_DEVICE std::uint32_t hmul2(std::uint32_t a, std::uint32_t b) {
   std::uint32_t d;
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
