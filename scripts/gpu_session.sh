@@ -66,6 +66,11 @@ if want build; then
     nv build/gpu-codec/$n tests/device/$n.cu > "$OUT/build/$n.log" 2>&1 & pids+=($!)
   done
   nv build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/build/gpu_codec_bench.log" 2>&1 & pids+=($!)
+  # CODEC_VARIANTS="name:-DFLAG=1,...": the GPU-codec benchmark with other flags (run --decode-only)
+  for v in ${CODEC_VARIANTS:-}; do
+    nv build/gpu-codec/gpu_codec_bench_${v%%:*} bench/device/gpu_codec.cu $(echo "${v#*:}" | tr ',' ' ') \
+      > "$OUT/build/gpu_codec_bench_${v%%:*}.log" 2>&1 & pids+=($!)
+  done
   for t in attention attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
     nv build_attn/$t tests/device/$t.cu > "$OUT/build/$t.log" 2>&1 & pids+=($!)
   done
@@ -108,7 +113,14 @@ if want bench; then
     build/gpu-codec/gpu_codec_bench --out "$OUT/bench" --iters 15 --command "scripts/gpu_session.sh (bench)" \
       > "$OUT/bench/gpu_codec.log" 2>&1 || rc=1
   fi
-  grep -E "prefill_encode|decode_fp16|copy|append .* 64 " "$OUT/bench/gpu_codec.log" | head -20 | tee -a "$SUMMARY"
+  grep -E "^(prefill|decode|copy)|append .* 64 " "$OUT/bench/gpu_codec.log" | head -20 | tee -a "$SUMMARY"
+  for v in ${CODEC_VARIANTS:-}; do
+    n=${v%%:*}
+    build/gpu-codec/gpu_codec_bench_$n --decode-only --out "$OUT/bench" --stem "gpu_codec_$n" --iters 15 \
+      --command "gpu_codec_bench_$n --decode-only (${v#*:})" > "$OUT/bench/gpu_codec_$n.log" 2>&1 || rc=1
+    echo "codec variant $n (${v#*:}):" >> "$SUMMARY"
+    grep -E "^(decode|copy)" "$OUT/bench/gpu_codec_$n.log" >> "$SUMMARY"
+  done
   if sel build_attn/bench_attention; then
     build_attn/bench_attention --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
   fi

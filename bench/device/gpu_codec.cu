@@ -11,7 +11,7 @@
 //   decode      launch_decode_pages of all 4096 x 8 pages to fp16, rotated and original frames
 // Reports GB/s of fp16 data (prefill: fp16 bytes read; decode: fp16 bytes
 // written) and the ratio to the copy ceiling. Writes <dir>/<stem>.json and .md.
-// Usage: gpu_codec [--out DIR] [--stem NAME] [--iters N] [--command "how it was run"]
+// Usage: gpu_codec [--out DIR] [--stem NAME] [--iters N] [--command "how it was run"] [--decode-only]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -123,6 +123,7 @@ struct cache {
 };
 
 half_t *g_k = nullptr, *g_v = nullptr;
+bool g_decode_only = false;  // --decode-only: copy ceiling and decode to fp16 (prefill encodes once, untimed)
 std::int32_t* g_cu = nullptr;
 constexpr std::size_t kTokElems = static_cast<std::size_t>(SEQS) * TOK * H * D;
 
@@ -131,14 +132,21 @@ void bench_prefill(const char* name, bool decode_too) {
   cache c;
   c.make(SEQS, TOK / G, static_cast<std::int64_t>(Codec::record_bytes));
   c.set_lens(std::vector<std::int32_t>(SEQS, TOK));
-  const double us = median_us([&] {
+  if (g_decode_only) {
+    if (!decode_too) return;
+    kvtile::device::launch_prefill<Codec, half_t, BLOCK_THREADS>(c.v, g_k, g_v, g_cu, TOK);  // the records to decode
+    CK(cudaDeviceSynchronize());
+  }
+  const double us = g_decode_only ? 0.0 : median_us([&] {
     kvtile::device::launch_prefill<Codec, half_t, BLOCK_THREADS>(c.v, g_k, g_v, g_cu, TOK);
   });
-  const double bytes = 2.0 * kTokElems * 2;  // K and V fp16 read
-  const double gbps = bytes / us / 1e3;
-  g_rows.push_back({name, "prefill_encode", us, gbps, gbps / g_copy_gbps, "fp16 bytes read (K+V)"});
-  std::printf("prefill %-28s %9.1f us  %8.1f GB/s fp16 read  %.3f of copy\n", name, us, gbps, gbps / g_copy_gbps);
-  std::fflush(stdout);
+  if (!g_decode_only) {
+    const double bytes = 2.0 * kTokElems * 2;  // K and V fp16 read
+    const double gbps = bytes / us / 1e3;
+    g_rows.push_back({name, "prefill_encode", us, gbps, gbps / g_copy_gbps, "fp16 bytes read (K+V)"});
+    std::printf("prefill %-28s %9.1f us  %8.1f GB/s fp16 read  %.3f of copy\n", name, us, gbps, gbps / g_copy_gbps);
+    std::fflush(stdout);
+  }
   if (!decode_too) return;
   const int n = SEQS * TOK / G;
   std::int32_t* ids;
@@ -199,6 +207,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--iters")) g_iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--command")) command = argv[++i];
   }
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--decode-only")) g_decode_only = true;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("SKIPPED: no CUDA device\n");
@@ -255,7 +265,7 @@ int main(int argc, char** argv) {
   bench_prefill<k4v2_s2>("k4v2_g128 sinkhorn<2>", false);
   bench_prefill<k4v2_s0>("k4v2_g128 sinkhorn<0>", false);
   bench_prefill<presets::rotate_rtn<D>>("rotate_rtn (no normalization)", false);
-  bench_append<presets::k4v2_g128<D>>("k4v2_g128");
+  if (!g_decode_only) bench_append<presets::k4v2_g128<D>>("k4v2_g128");
 
   // JSON + Markdown.
   const std::string base = out + "/" + stem;
