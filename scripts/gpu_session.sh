@@ -54,7 +54,7 @@ nv() {  # nv <binary> <source> [extra flags]
   sel "$b" || return 0
   if [ -z "${REBUILD:-}" ] && fresh "$b" "$s"; then echo "up to date: $b"; return 0; fi
   local t=$SECONDS
-  $NVCC $FLAGS "$@" -o "$b" "$s" > "$b.buildlog" 2>&1; local r=$?
+  $NVCC "$@" $FLAGS -o "$b" "$s" > "$b.buildlog" 2>&1; local r=$?  # extra flags first: a variant -I wins
   echo "built $b in $((SECONDS - t)) s (rc $r)"; [ $r = 0 ] || cat "$b.buildlog"
   return $r
 }

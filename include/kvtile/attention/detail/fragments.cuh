@@ -16,6 +16,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "../../config.hpp"
 
@@ -105,59 +107,15 @@ KVTILE_DEVICE void load_words(const std::uint8_t* p, std::uint32_t* w) {
   }
 }
 
+// ---------------------------------------------------------------- code pairs
 // Two code streams x, y (N codes of Bits bits each, element i at bits
-// [i*Bits, (i+1)*Bits) of the little-endian stream) -> N f16x2 registers,
-// out[i] = {x_i, y_i} (Center: {x_i - m, y_i - m}, m = 2^(Bits-1), the code
-// midpoint; the same single fma.f16x2 with another exact bias). Exact.
-template <int Bits, int N, bool Center = false>
-KVTILE_DEVICE void pair_convert(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out) {
-  static_assert(Bits == 2 || Bits == 4, "pair_convert handles 2- and 4-bit codes");
-  static_assert((N * Bits) % 16 == 0, "a stream holds whole 16-bit chunks");
-  constexpr std::uint32_t magic = 0x64006400u;
-  constexpr int chunks = N * Bits / 16;
-  constexpr int per_chunk = 16 / Bits;
-  // Biases -(1024 / f + m) in fp16, f = the piece's power-of-two position factor.
-  constexpr std::uint32_t b4_0 = Center ? 0xE408E408u : 0xE400E400u;  // -1032 : -1024
-  constexpr std::uint32_t b4_1 = Center ? 0xD480D480u : 0xD400D400u;  // -72 : -64
-  constexpr std::uint32_t b2_0 = Center ? 0xE402E402u : 0xE400E400u;  // -1026 : -1024
-  constexpr std::uint32_t b2_1 = Center ? 0xDC08DC08u : 0xDC00DC00u;  // -258 : -256
-  constexpr std::uint32_t b2_2 = Center ? 0xD420D420u : 0xD400D400u;  // -66 : -64
-  constexpr std::uint32_t b2_3 = Center ? 0xCC80CC80u : 0xCC00CC00u;  // -18 : -16
-  constexpr std::uint32_t b2_4 = Center ? 0xC600C600u : 0xC400C400u;  // -6 : -4
-#pragma unroll
-  for (int ck = 0; ck < chunks; ++ck) {
-    const std::uint32_t p = prmt(x[ck / 2], y[ck / 2], (ck & 1) ? 0x7632u : 0x5410u);
-    std::uint32_t* o = out + ck * per_chunk;
-    if constexpr (Bits == 4) {
-      const std::uint32_t p2 = p >> 8;
-      o[0] = hfma2(and_or<0x000F000Fu>(p, magic), 0x3C003C00u, b4_0);   // 1
-      o[1] = hfma2(and_or<0x00F000F0u>(p, magic), 0x2C002C00u, b4_1);   // 1/16
-      o[2] = hfma2(and_or<0x000F000Fu>(p2, magic), 0x3C003C00u, b4_0);
-      o[3] = hfma2(and_or<0x00F000F0u>(p2, magic), 0x2C002C00u, b4_1);
-    } else {
-      const std::uint32_t p2 = p >> 10;
-      o[0] = hfma2(and_or<0x00030003u>(p, magic), 0x3C003C00u, b2_0);   // 1
-      o[1] = hfma2(and_or<0x000C000Cu>(p, magic), 0x34003400u, b2_1);   // 1/4
-      o[2] = hfma2(and_or<0x00300030u>(p, magic), 0x2C002C00u, b2_2);   // 1/16
-      o[3] = hfma2(and_or<0x00C000C0u>(p, magic), 0x24002400u, b2_3);   // 1/64
-      o[4] = hfma2(and_or<0x03000300u>(p, magic), 0x1C001C00u, b2_4);   // 1/256
-      o[5] = hfma2(and_or<0x00030003u>(p2, magic), 0x3C003C00u, b2_0);
-      o[6] = hfma2(and_or<0x000C000Cu>(p2, magic), 0x34003400u, b2_1);
-      o[7] = hfma2(and_or<0x00300030u>(p2, magic), 0x2C002C00u, b2_2);
-    }
-  }
-}
-
-// pair_convert without the fma: the codes stay where the merge put them and
-// are read as fp16 SUBNORMALS. A code x at bit offset s of a 16-bit half, with
-// s + Bits <= 10 (inside the mantissa, exponent field 0), reads as the fp16
-// x 2^(s - 24), exactly; so `piece & mask` (one LOP3) is already an MMA
-// operand, and the factor 2^(s - 24) is removed after the MMA, where it is a
-// constant of the accumulator (raw_unscale). Offsets: 4-bit 0, 4 (then the
-// piece shifted by 8: 0, 4); 2-bit 0, 2, 4, 6, 8 (then shifted by 10: 0, 2, 4).
-// The tensor cores multiply fp16 subnormals exactly (the products are exact in
-// fp32, see docs/attention.md, "Raw codes"). One instruction per register
-// instead of two; not centered (no bias without the fma).
+// [i*Bits, (i+1)*Bits) of the little-endian stream) -> N registers whose low
+// and high halves hold x_i and y_i. Per 16-bit chunk of the streams one prmt
+// merges x's and y's chunk into a piece p (x low, y high) and one shift gives
+// p2 = p >> (Bits == 4 ? 8 : 10); code k of the chunk then sits at bit offset
+// raw_shift(k) of both halves of p (k < split) or p2, so `piece & mask(k)`
+// isolates the pair. The conversions below differ only in what they do with
+// that masked pair.
 template <int Bits>
 KVTILE_DEVICE constexpr int raw_shift(int i) {
   return Bits == 4 ? (i % 2) * 4 : ((i % 8) < 5 ? 2 * (i % 8) : 2 * (i % 8 - 5));
@@ -168,34 +126,55 @@ KVTILE_DEVICE constexpr float raw_unscale(int i) {
   return static_cast<float>(1u << (24 - raw_shift<Bits>(i)));
 }
 
-template <int Bits, int N>
-KVTILE_DEVICE void pair_extract(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out) {
-  static_assert(Bits == 2 || Bits == 4, "pair_extract handles 2- and 4-bit codes");
+namespace pair_detail {
+template <int Bits>
+inline constexpr int split = Bits == 4 ? 2 : 5;  // first code of a chunk read from p2
+template <int Bits, int K>
+inline constexpr std::uint32_t mask = ((1u << Bits) - 1u) * 0x00010001u << raw_shift<Bits>(K);
+
+template <int Bits, int Ck, class F, int... K>
+KVTILE_DEVICE void chunk(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out, F& f,
+                         std::integer_sequence<int, K...>) {
+  const std::uint32_t p = prmt(x[Ck / 2], y[Ck / 2], (Ck & 1) ? 0x7632u : 0x5410u);
+  const std::uint32_t p2 = p >> (Bits == 4 ? 8 : 10);
+  ((out[Ck * sizeof...(K) + K] = f(K < split<Bits> ? p : p2, std::integral_constant<int, K>{})), ...);
+}
+template <int Bits, class F, int... Ck>
+KVTILE_DEVICE void chunks(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out, F& f,
+                          std::integer_sequence<int, Ck...>) {
+  (chunk<Bits, Ck>(x, y, out, f, std::make_integer_sequence<int, 16 / Bits>{}), ...);
+}
+}  // namespace pair_detail
+
+// The skeleton: out[16 / Bits * ck + k] = f(piece, std::integral_constant<int, k>)
+// for chunk ck and code k of the chunk.
+template <int Bits, int N, class F>
+KVTILE_DEVICE void for_each_pair(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out, F&& f) {
+  static_assert(Bits == 2 || Bits == 4, "2- and 4-bit codes");
   static_assert((N * Bits) % 16 == 0, "a stream holds whole 16-bit chunks");
-  constexpr int chunks = N * Bits / 16;
-  constexpr int per_chunk = 16 / Bits;
-#pragma unroll
-  for (int ck = 0; ck < chunks; ++ck) {
-    const std::uint32_t p = prmt(x[ck / 2], y[ck / 2], (ck & 1) ? 0x7632u : 0x5410u);
-    std::uint32_t* o = out + ck * per_chunk;
-    if constexpr (Bits == 4) {
-      const std::uint32_t p2 = p >> 8;
-      o[0] = p & 0x000F000Fu;
-      o[1] = p & 0x00F000F0u;
-      o[2] = p2 & 0x000F000Fu;
-      o[3] = p2 & 0x00F000F0u;
-    } else {
-      const std::uint32_t p2 = p >> 10;
-      o[0] = p & 0x00030003u;
-      o[1] = p & 0x000C000Cu;
-      o[2] = p & 0x00300030u;
-      o[3] = p & 0x00C000C0u;
-      o[4] = p & 0x03000300u;
-      o[5] = p2 & 0x00030003u;
-      o[6] = p2 & 0x000C000Cu;
-      o[7] = p2 & 0x00300030u;
-    }
-  }
+  pair_detail::chunks<Bits>(x, y, out, f, std::make_integer_sequence<int, N * Bits / 16>{});
+}
+
+// Codes -> f16x2 {x_i, y_i} (Center: {x_i - m, y_i - m}, m = 2^(Bits-1), the
+// code midpoint), exact: the masked pair OR-ed into 0x6400 (one LOP3) reads as
+// 1024 + 2^s x (s = raw_shift), and one fma.f16x2 with the exact scale 2^-s
+// and bias -(1024 2^-s + m) returns x (- m).
+template <int Bits, int N, bool Center = false>
+KVTILE_DEVICE void pair_convert(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out) {
+  for_each_pair<Bits, N>(x, y, out, [](std::uint32_t piece, auto k) {
+    constexpr int s = raw_shift<Bits>(decltype(k)::value);
+    // fp16 2^-s; biases -(1024 / 2^s + m) for s = 0, 2, 4, 6, 8 (2-bit) and 0, 4 (4-bit)
+    constexpr std::uint32_t scale = (0x3C00u - (static_cast<std::uint32_t>(s) << 10)) * 0x00010001u;
+    constexpr std::uint32_t b2[5] = {Center ? 0xE402E402u : 0xE400E400u,   // -1026 : -1024
+                                     Center ? 0xDC08DC08u : 0xDC00DC00u,   // -258 : -256
+                                     Center ? 0xD420D420u : 0xD400D400u,   // -66 : -64
+                                     Center ? 0xCC80CC80u : 0xCC00CC00u,   // -18 : -16
+                                     Center ? 0xC600C600u : 0xC400C400u};  // -6 : -4
+    constexpr std::uint32_t b4[2] = {Center ? 0xE408E408u : 0xE400E400u,   // -1032 : -1024
+                                     Center ? 0xD480D480u : 0xD400D400u};  // -72 : -64
+    constexpr std::uint32_t bias = Bits == 4 ? b4[s / 4] : b2[s / 2];
+    return hfma2(and_or<pair_detail::mask<Bits, decltype(k)::value>>(piece, 0x64006400u), scale, bias);
+  });
 }
 
 KVTILE_DEVICE std::uint32_t hmul2(std::uint32_t a, std::uint32_t b) {
@@ -222,45 +201,37 @@ KVTILE_DEVICE std::uint32_t e4m3x2_to_half2(std::uint16_t w) {
 template <int Bits, int N>
 KVTILE_DEVICE void pair_convert_scaled(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t a,
                                        std::uint32_t* out) {
-  static_assert(Bits == 2 || Bits == 4, "pair_convert_scaled handles 2- and 4-bit codes");
-  static_assert((N * Bits) % 16 == 0, "a stream holds whole 16-bit chunks");
-  constexpr std::uint32_t magic = 0x64006400u;
-  constexpr int chunks = N * Bits / 16;
-  constexpr int per_chunk = 16 / Bits;
-  constexpr int pieces = Bits == 4 ? 2 : 5;  // distinct bit positions 4^k (2-bit) or 16^k (4-bit)
-  // sc[k] = a / 8 / f_k, bi[k] = -1024 sc[k], f_k = 16^k (4-bit) or 4^k (2-bit).
+  constexpr int pieces = Bits == 4 ? 2 : 5;  // distinct bit offsets s = raw_shift: 16^j (4-bit) or 4^j (2-bit)
+  // sc[j] = a / 8 / 2^s, bi[j] = -1024 sc[j].
   constexpr std::uint32_t sc_imm[5] = {0x30003000u, Bits == 4 ? 0x20002000u : 0x28002800u, 0x20002000u, 0x18001800u,
                                        0x10001000u};  // 2^-3, 2^-7 (4-bit) | 2^-5, 2^-7, 2^-9, 2^-11 (2-bit)
   constexpr std::uint32_t bi_imm[5] = {0xD800D800u, Bits == 4 ? 0xC800C800u : 0xD000D000u, 0xC800C800u, 0xC000C000u,
                                        0xB800B800u};  // -2^7, -2^3 (4-bit) | -2^5, -2^3, -2, -2^-1 (2-bit)
   std::uint32_t sc[pieces], bi[pieces];
 #pragma unroll
-  for (int k = 0; k < pieces; ++k) {
-    sc[k] = hmul2(a, sc_imm[k]);
-    bi[k] = hmul2(a, bi_imm[k]);
+  for (int j = 0; j < pieces; ++j) {
+    sc[j] = hmul2(a, sc_imm[j]);
+    bi[j] = hmul2(a, bi_imm[j]);
   }
-#pragma unroll
-  for (int ck = 0; ck < chunks; ++ck) {
-    const std::uint32_t p = prmt(x[ck / 2], y[ck / 2], (ck & 1) ? 0x7632u : 0x5410u);
-    std::uint32_t* o = out + ck * per_chunk;
-    if constexpr (Bits == 4) {
-      const std::uint32_t p2 = p >> 8;
-      o[0] = hfma2(and_or<0x000F000Fu>(p, magic), sc[0], bi[0]);
-      o[1] = hfma2(and_or<0x00F000F0u>(p, magic), sc[1], bi[1]);
-      o[2] = hfma2(and_or<0x000F000Fu>(p2, magic), sc[0], bi[0]);
-      o[3] = hfma2(and_or<0x00F000F0u>(p2, magic), sc[1], bi[1]);
-    } else {
-      const std::uint32_t p2 = p >> 10;
-      o[0] = hfma2(and_or<0x00030003u>(p, magic), sc[0], bi[0]);
-      o[1] = hfma2(and_or<0x000C000Cu>(p, magic), sc[1], bi[1]);
-      o[2] = hfma2(and_or<0x00300030u>(p, magic), sc[2], bi[2]);
-      o[3] = hfma2(and_or<0x00C000C0u>(p, magic), sc[3], bi[3]);
-      o[4] = hfma2(and_or<0x03000300u>(p, magic), sc[4], bi[4]);
-      o[5] = hfma2(and_or<0x00030003u>(p2, magic), sc[0], bi[0]);
-      o[6] = hfma2(and_or<0x000C000Cu>(p2, magic), sc[1], bi[1]);
-      o[7] = hfma2(and_or<0x00300030u>(p2, magic), sc[2], bi[2]);
-    }
-  }
+  for_each_pair<Bits, N>(x, y, out, [&](std::uint32_t piece, auto k) {
+    constexpr int j = raw_shift<Bits>(decltype(k)::value) / Bits;
+    return hfma2(and_or<pair_detail::mask<Bits, decltype(k)::value>>(piece, 0x64006400u), sc[j], bi[j]);
+  });
+}
+
+// pair_convert without the fma: the masked pair itself is the operand, read as
+// fp16 SUBNORMALS. A code x at bit offset s of a 16-bit half, with s + Bits <=
+// 10 (inside the mantissa, exponent field 0), reads as the fp16 x 2^(s - 24),
+// exactly; so `piece & mask` (one LOP3) is an MMA operand, and the factor
+// 2^(s - 24) is removed after the MMA, where it is a constant of the
+// accumulator (raw_unscale). The tensor cores multiply fp16 subnormals exactly
+// (the products are exact in fp32, see docs/attention.md, "Raw codes"). One
+// instruction per register instead of two; not centered (no bias without the fma).
+template <int Bits, int N>
+KVTILE_DEVICE void pair_extract(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t* out) {
+  for_each_pair<Bits, N>(x, y, out, [](std::uint32_t piece, auto k) {
+    return piece & pair_detail::mask<Bits, decltype(k)::value>;
+  });
 }
 
 // ---------------------------------------------------------------- mbarrier + bulk copy
