@@ -58,6 +58,14 @@ nv() {  # nv <binary> <source> [extra flags]
   echo "built $b in $((SECONDS - t)) s (rc $r)"; [ $r = 0 ] || cat "$b.buildlog"
   return $r
 }
+# nv_variants "<name:-DFLAG=1,-Ipath ...>" <binary prefix> <source>: one build of
+# <source> per variant, <prefix>_<name>, in the background (pids collected)
+nv_variants() {
+  local v
+  for v in $1; do
+    nv "$2_${v%%:*}" "$3" $(echo "${v#*:}" | tr ',' ' ') > "$OUT/build/$(basename "$2")_${v%%:*}.log" 2>&1 & pids+=($!)
+  done
+}
 if want build; then
   say "build start ($($NVCC --version | tail -1))"
   mkdir -p "$OUT/build"
@@ -67,24 +75,15 @@ if want build; then
   done
   nv build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/build/gpu_codec_bench.log" 2>&1 & pids+=($!)
   # CODEC_VARIANTS="name:-DFLAG=1,...": the GPU-codec benchmark with other flags (run --decode-only)
-  for v in ${CODEC_VARIANTS:-}; do
-    nv build/gpu-codec/gpu_codec_bench_${v%%:*} bench/device/gpu_codec.cu $(echo "${v#*:}" | tr ',' ' ') \
-      > "$OUT/build/gpu_codec_bench_${v%%:*}.log" 2>&1 & pids+=($!)
-  done
+  nv_variants "${CODEC_VARIANTS:-}" build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu
   for t in attention attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
     nv build_attn/$t tests/device/$t.cu > "$OUT/build/$t.log" 2>&1 & pids+=($!)
   done
   nv build_attn/bench_attention bench/device/attention.cu > "$OUT/build/bench_attention.log" 2>&1 & pids+=($!)
   # ATTN_VARIANTS="name:-DFLAG=1,-DOTHER=2 ...": extra attention benchmarks, run after the main one
-  for v in ${ATTN_VARIANTS:-}; do
-    nv build_attn/bench_attention_${v%%:*} bench/device/attention.cu $(echo "${v#*:}" | tr ',' ' ') \
-      > "$OUT/build/bench_attention_${v%%:*}.log" 2>&1 & pids+=($!)
-  done
+  nv_variants "${ATTN_VARIANTS:-}" build_attn/bench_attention bench/device/attention.cu
   # ATTN_TEST_VARIANTS="name:-DFLAG=1 ...": the attention API test built with other flags too
-  for v in ${ATTN_TEST_VARIANTS:-}; do
-    nv build_attn/attention_${v%%:*} tests/device/attention.cu $(echo "${v#*:}" | tr ',' ' ') \
-      > "$OUT/build/attention_${v%%:*}.log" 2>&1 & pids+=($!)
-  done
+  nv_variants "${ATTN_TEST_VARIANTS:-}" build_attn/attention tests/device/attention.cu
   nv build_attn/paged_decode examples/paged_decode/main.cu > "$OUT/build/paged_decode.log" 2>&1 & pids+=($!)
   nv build/gpu/soak tests/device/soak.cu > "$OUT/build/soak.log" 2>&1 & pids+=($!)
   nv build/gpu/numeric tests/device/numeric.cu > "$OUT/build/numeric.log" 2>&1 & pids+=($!)
@@ -149,15 +148,13 @@ if want profile; then
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_decode.txt" 2>&1
   # k4v2_g128 fp8 D=128 at the 4th shape (16, 32, 8, 128, 64K): ~51 launches per earlier shape
   # (demangled names read "tile_config<(int)128, (int)128, (int)4, (int)2>, kvtile::fp8_scales")
+  K4V2=(--kernel-name-base demangled --launch-skip 170 --launch-count 1
+        --kernel-name "regex:quant_decode_kernel<kvtile::tile_config<.int.128, .int.128, .int.4, .int.2>, kvtile::fp8_scales")
   for b in ${PROFILE_ATTN_BINS:-bench_attention}; do
-    sel build_attn/$b && timeout 90 "$NCU" --kernel-name-base demangled \
-      --kernel-name "regex:quant_decode_kernel<kvtile::tile_config<.int.128, .int.128, .int.4, .int.2>, kvtile::fp8_scales" \
-      --launch-skip 170 --launch-count 1 $SEC --section SourceCounters --section WarpStateStats \
+    sel build_attn/$b && timeout 90 "$NCU" "${K4V2[@]}" $SEC --section SourceCounters --section WarpStateStats \
       build_attn/$b --iters 50 > "$OUT/profile/ncu_$b.txt" 2>&1
     # the same launch, per-SASS-line counters -> executed warp instructions per opcode
-    sel build_attn/$b && timeout 90 "$NCU" --kernel-name-base demangled \
-      --kernel-name "regex:quant_decode_kernel<kvtile::tile_config<.int.128, .int.128, .int.4, .int.2>, kvtile::fp8_scales" \
-      --launch-skip 170 --launch-count 1 --section SourceCounters --page source --print-source sass --csv \
+    sel build_attn/$b && timeout 90 "$NCU" "${K4V2[@]}" --section SourceCounters --page source --print-source sass --csv \
       build_attn/$b --iters 50 > "$OUT/profile/src_$b.csv" 2>&1 &&
       python3 scripts/sass_histogram.py "$OUT/profile/src_$b.csv" > "$OUT/profile/opcodes_$b.txt" 2>&1
     sed -n 1,12p "$OUT/profile/opcodes_$b.txt" 2>/dev/null | sed "s/^/$b: /" >> "$SUMMARY"
