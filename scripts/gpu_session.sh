@@ -144,7 +144,7 @@ if want profile; then
   SEC="--section SpeedOfLight --section SchedulerStats --section WarpStateStats --section InstructionStats --section Occupancy --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
   sel build/gpu-codec/gpu_codec_bench && timeout 120 "$NCU" --kernel-name regex:prefill_kernel --launch-count 2 $SEC --section SourceCounters \
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_prefill.txt" 2>&1
-  sel build/gpu-codec/gpu_codec_bench && timeout 60 "$NCU" --kernel-name regex:decode_pages_kernel --launch-count 2 $SEC \
+  sel build/gpu-codec/gpu_codec_bench && timeout 60 "$NCU" --kernel-name regex:dequantize_pages_kernel --launch-count 2 $SEC \
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_decode.txt" 2>&1
   # k4v2_g128 fp8 D=128 at the 4th shape (16, 32, 8, 128, 64K): ~51 launches per earlier shape
   # (demangled names read "tile_config<(int)128, (int)128, (int)4, (int)2>, kvtile::fp8_scales")

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include <kvtile/attention/paged_decode.cuh>
+#include <kvtile/device/attention/paged_decode.cuh>
 #include <kvtile/kvtile.hpp>
 
 using namespace kvtile;

@@ -8,7 +8,7 @@
 //               where the time goes, k4v2 with Sinkhorn 0 / 2 iterations and
 //               without normalization (rotate_rtn)
 //   append      launch_append, batch 1..256 x 8 heads, no tile filling and every tile filling
-//   decode      launch_decode_pages of all 4096 x 8 pages to fp16, rotated and original frames
+//   decode      launch_dequantize_pages of all 4096 x 8 pages to fp16, rotated and original frames
 // Reports GB/s of fp16 data (prefill: fp16 bytes read; decode: fp16 bytes
 // written) and the ratio to the copy ceiling. Writes <dir>/<stem>.json and .md.
 // Usage: gpu_codec [--out DIR] [--stem NAME] [--iters N] [--command "how it was run"] [--decode-only]
@@ -156,7 +156,7 @@ void bench_prefill(const char* name, bool decode_too) {
   CK(cudaMalloc(&ok, kTokElems * 2));
   CK(cudaMalloc(&ov, kTokElems * 2));
   for (kvtile::frame f : {kvtile::frame::rotated, kvtile::frame::original}) {
-    const double dus = median_us([&] { kvtile::device::launch_decode_pages<Codec>(c.v, ids, n, ok, ov, f); });
+    const double dus = median_us([&] { kvtile::device::launch_dequantize_pages<Codec>(c.v, ids, n, ok, ov, f); });
     const double w = 2.0 * kTokElems * 2;
     const double g = w / dus / 1e3;
     std::string nm = std::string(name) + (f == kvtile::frame::rotated ? " rotated" : " original");

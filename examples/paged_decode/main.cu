@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include <kvtile/attention/paged_decode.cuh>
+#include <kvtile/device/attention/paged_decode.cuh>
 #include <kvtile/kvtile.hpp>
 
 using namespace kvtile;

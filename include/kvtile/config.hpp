@@ -14,25 +14,32 @@
 #define KVTILE_DEVICE inline
 #endif
 
+// Every kvtile name lives in kvtile::KVTILE_ABI_NAMESPACE, an inline namespace
+// named after the release (kvtile::v0_2), so objects built against different
+// releases never share a mangled name. Its symbols have hidden visibility where
+// the compiler supports it (GCC, Clang, nvcc with either): each shared library
+// that instantiates kvtile's templates keeps its own copies, so two libraries
+// built with different options cannot interpose each other's kernels or
+// functions (CUB guards its kernels the same way). Define KVTILE_ABI_NAMESPACE
+// before including kvtile to pick another name (e.g. to isolate two builds
+// linked statically into one binary).
+#ifndef KVTILE_ABI_NAMESPACE
+#define KVTILE_ABI_NAMESPACE v0_2
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define KVTILE_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define KVTILE_HIDDEN
+#endif
+#define KVTILE_NAMESPACE_BEGIN \
+  namespace kvtile {           \
+  inline namespace KVTILE_ABI_NAMESPACE KVTILE_HIDDEN {
+#define KVTILE_NAMESPACE_END \
+  }                          \
+  }
+
 #if defined(__CUDA_ARCH__)
 #define KVTILE_DEVICE_PASS 1
 #else
 #define KVTILE_DEVICE_PASS 0
-#endif
-
-// KVTILE_ASSERT guards internal invariants (never user input: user input gets a
-// status). Tests may define it to throw before including kvtile.
-#ifndef KVTILE_ASSERT
-#if KVTILE_DEVICE_PASS
-#define KVTILE_ASSERT(cond) ((void)0)
-#else
-#include <cassert>
-#define KVTILE_ASSERT(cond) assert(cond)
-#endif
-#endif
-
-#if defined(__GNUC__) || defined(__clang__)
-#define KVTILE_RESTRICT __restrict__
-#else
-#define KVTILE_RESTRICT
 #endif

@@ -11,12 +11,14 @@
 // x packing x method. Anything else returns a status, never calls f.
 #pragma once
 
+#include "config.hpp"
+
 #include <utility>
 
 #include "presets.hpp"
 #include "status.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 enum class packing { fp8_scales, fp16_scales };
 enum class method { kvarn, kivi, rotate_rtn };
@@ -99,4 +101,4 @@ status dispatch(const codec_params& p, F&& f) {
   return status::success;
 }
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

@@ -4,6 +4,8 @@
 // (fp8_scales by default, or fp16_scales for the KVarN vLLM layout).
 #pragma once
 
+#include "config.hpp"
+
 #include "codec/tile_codec.hpp"
 #include "normalization/sinkhorn.hpp"
 #include "packing/fp16_scales.hpp"
@@ -12,7 +14,8 @@
 #include "rotation/identity.hpp"
 #include "rounding/asymmetric_rtn.hpp"
 
-namespace kvtile::presets {
+KVTILE_NAMESPACE_BEGIN
+namespace presets {
 
 // The KVarN method: Hadamard rotation, Sinkhorn(8), RTN with storage-aware rounding.
 template <int D, int G, int KBits, int VBits, class Packer = fp8_scales>
@@ -35,4 +38,5 @@ using rotate_rtn = tile_codec<tile_config<D, G, KBits, VBits>, hadamard, no_norm
 
 template <int D, class Packer = fp8_scales> using default_codec = k4v2_g128<D, Packer>;
 
-}  // namespace kvtile::presets
+}  // namespace presets
+KVTILE_NAMESPACE_END

@@ -1,7 +1,9 @@
 // kvtile/status.hpp: the status every host API returns (no exceptions needed).
 #pragma once
 
-namespace kvtile {
+#include "config.hpp"
+
+KVTILE_NAMESPACE_BEGIN
 
 enum class status : int {
   success = 0,
@@ -45,4 +47,4 @@ constexpr const char* to_string(status s) noexcept {
 // True when the record/output was written and is valid (success or a warning).
 constexpr bool ok(status s) noexcept { return s == status::success || s == status::non_finite_input; }
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

@@ -3,7 +3,9 @@
 
 #include <cstddef>
 
-namespace kvtile {
+#include "config.hpp"
+
+KVTILE_NAMESPACE_BEGIN
 
 namespace detail {
 constexpr bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -33,4 +35,4 @@ struct tile_config {
   static constexpr std::size_t fp16_bytes = static_cast<std::size_t>(elements) * 2 * 2;
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

@@ -1,6 +1,8 @@
 // kvtile/version.hpp: library and record-format versions.
 #pragma once
 
+#include "config.hpp"
+
 #define KVTILE_VERSION_MAJOR 0
 #define KVTILE_VERSION_MINOR 1
 #define KVTILE_VERSION_PATCH 0
@@ -10,9 +12,9 @@
 // byte of any record changes meaning.
 #define KVTILE_FORMAT_VERSION 1
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 inline constexpr int version_major = KVTILE_VERSION_MAJOR;
 inline constexpr int version_minor = KVTILE_VERSION_MINOR;
 inline constexpr int version_patch = KVTILE_VERSION_PATCH;
 inline constexpr int format_version = KVTILE_FORMAT_VERSION;
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

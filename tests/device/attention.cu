@@ -1,4 +1,4 @@
-// tests/device/attention.cu: decode attention (kvtile/attention/paged_decode.cuh):
+// tests/device/attention.cu: decode attention (kvtile/device/attention/paged_decode.cuh):
 // bf16 queries, independence from page placement and split count, argument
 // checks before launch, and the fp16 baseline kernel against fp64.
 // `--small` runs a reduced set (for compute-sanitizer).

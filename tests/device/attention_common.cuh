@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <kvtile/attention/paged_decode.cuh>
+#include <kvtile/device/attention/paged_decode.cuh>
 #include <kvtile/kvtile.hpp>
 
 #include "device_test.cuh"

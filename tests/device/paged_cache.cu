@@ -294,8 +294,8 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
     const std::size_t E = static_cast<std::size_t>(cnt) * H * G * D;
     kvtest::dbuf<half_t> ok_(E), ov(E);
     for (kvtile::frame f : {kvtile::frame::rotated, kvtile::frame::original}) {
-      const kvtile::status st = kvtile::device::launch_decode_pages<Codec>(dc.view, dids.p, cnt, ok_.p, ov.p, f);
-      expect(st == kvtile::status::success, "launch_decode_pages returns success", cfg);
+      const kvtile::status st = kvtile::device::launch_dequantize_pages<Codec>(dc.view, dids.p, cnt, ok_.p, ov.p, f);
+      expect(st == kvtile::status::success, "launch_dequantize_pages returns success", cfg);
       KVT_CUDA(cudaDeviceSynchronize());
       std::vector<half_t> gk = ok_.down(), gv = ov.down();
       std::atomic<long> bad{0};
@@ -327,8 +327,8 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
       kvtest::dbuf<half_t> mk(E + 1), mv(E + 1);
       KVT_CUDA(cudaMemset(mk.p, 0, (E + 1) * sizeof(half_t)));  // element 0 is not an output
       KVT_CUDA(cudaMemset(mv.p, 0, (E + 1) * sizeof(half_t)));
-      const kvtile::status sm = kvtile::device::launch_decode_pages<Codec>(dc.view, dids.p, cnt, mk.p + 1, mv.p + 1, f);
-      expect(sm == kvtile::status::success, "launch_decode_pages (misaligned outputs) returns success", cfg);
+      const kvtile::status sm = kvtile::device::launch_dequantize_pages<Codec>(dc.view, dids.p, cnt, mk.p + 1, mv.p + 1, f);
+      expect(sm == kvtile::status::success, "launch_dequantize_pages (misaligned outputs) returns success", cfg);
       KVT_CUDA(cudaDeviceSynchronize());
       const std::vector<half_t> hk = mk.down(), hv = mv.down();
       std::snprintf(buf, sizeof buf, "decode_pages (%s, misaligned outputs) equals the aligned result",
@@ -348,8 +348,8 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
     ok_.up(poison);
     ov.up(poison);
     const kvtile::status st =
-        kvtile::device::launch_decode_pages<Codec>(dc.view, dids.p, static_cast<int>(bad_ids.size()), ok_.p, ov.p);
-    expect(st == kvtile::status::success, "launch_decode_pages with out-of-range ids returns success", cfg);
+        kvtile::device::launch_dequantize_pages<Codec>(dc.view, dids.p, static_cast<int>(bad_ids.size()), ok_.p, ov.p);
+    expect(st == kvtile::status::success, "launch_dequantize_pages with out-of-range ids returns success", cfg);
     KVT_CUDA(cudaDeviceSynchronize());
     std::vector<half_t> gk = ok_.down(), gv = ov.down();
     bool untouched = true, written = false;

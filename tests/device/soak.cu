@@ -40,7 +40,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <kvtile/attention/paged_decode.cuh>
+#include <kvtile/device/attention/paged_decode.cuh>
 #include <kvtile/device/device.cuh>
 #include <kvtile/kvtile.hpp>
 #include <kvtile/presets.hpp>

@@ -7,7 +7,7 @@
 #include "../numeric/bfloat16.hpp"
 #include "../numeric/half.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 template <class T>
 inline constexpr bool is_element_type_v =
@@ -38,4 +38,4 @@ KVTILE_HOST_DEVICE T element_from_float(float f) {
 }
 
 }  // namespace detail
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

@@ -17,7 +17,7 @@
 #include "../numeric/half.hpp"
 #include "../packing/bitpack.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 // Index of the fp32 vector scales in an fp8_scales record.
 enum class vector_field : int { key_scale = 0, key_token_scale = 1, value_channel_scale = 2, value_scale = 3 };
@@ -110,4 +110,4 @@ class record_view {
   const std::uint8_t* p_;
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

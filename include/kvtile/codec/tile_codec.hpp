@@ -38,7 +38,7 @@
 #include "element.hpp"
 #include "record_view.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 // Frame of decoded vectors: `original` undoes the rotation; `rotated` returns
 // vectors in the rotated frame (what attention with a rotated query uses).
@@ -421,4 +421,4 @@ class tile_codec {
   }
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

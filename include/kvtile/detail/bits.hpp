@@ -17,7 +17,8 @@
 
 #include "../config.hpp"
 
-namespace kvtile::detail {
+KVTILE_NAMESPACE_BEGIN
+namespace detail {
 
 KVTILE_HOST_DEVICE std::uint32_t float_bits(float f) {
 #if KVTILE_DEVICE_PASS
@@ -138,4 +139,5 @@ KVTILE_HOST_DEVICE float clamp(float v, float lo, float hi) { return fmin(fmax(v
 // 2^e as a float for e in [-126, 127] (exact).
 KVTILE_HOST_DEVICE float exp2i(int e) { return float_from_bits(static_cast<std::uint32_t>(e + 127) << 23); }
 
-}  // namespace kvtile::detail
+}  // namespace detail
+KVTILE_NAMESPACE_END

@@ -6,11 +6,14 @@
 // the correctly rounded result over the ranges kvtile uses (tests/host/fastmath.cpp).
 #pragma once
 
+#include "../config.hpp"
+
 #include <cstdint>
 
 #include "bits.hpp"
 
-namespace kvtile::detail {
+KVTILE_NAMESPACE_BEGIN
+namespace detail {
 
 // e^x for x in [-87, 88] (clamped outside), via exp(x) = 2^n * exp(r),
 // r = x - n ln2 in [-ln2/2, ln2/2], exp(r) by a degree-7 Taylor polynomial.
@@ -70,4 +73,5 @@ KVTILE_HOST_DEVICE float log(float x) {
   return fma(ef, 0.693147182464599609375f, fma(ef, -1.9046542999e-09f, lnm));
 }
 
-}  // namespace kvtile::detail
+}  // namespace detail
+KVTILE_NAMESPACE_END

@@ -6,9 +6,12 @@
 // 16..1 are __shfl_xor_sync butterflies, which compute the same sums.
 #pragma once
 
+#include "../config.hpp"
+
 #include "bits.hpp"
 
-namespace kvtile::detail {
+KVTILE_NAMESPACE_BEGIN
+namespace detail {
 
 // In-place halving-tree sum of v[0..n), n a power of two. Destroys v.
 KVTILE_HOST_DEVICE float tree_sum_inplace(float* v, int n) {
@@ -51,4 +54,5 @@ KVTILE_HOST_DEVICE void canonical_col_std(const float* m, int rows, int cols, fl
   for (int c = 0; c < cols; ++c) out[c] = sqrt(div(tmp[c], n1));
 }
 
-}  // namespace kvtile::detail
+}  // namespace detail
+KVTILE_NAMESPACE_END

@@ -3,12 +3,12 @@
 //   block/block_tile_codec.cuh  block_tile_codec (encode) and block_tile_decoder
 //   paged/append.cuh            one token per sequence into the paged cache
 //   paged/prefill.cuh           ragged prefill into the paged cache
-//   paged/decode_fp16.cuh       pages back to fp16
+//   paged/dequantize_pages.cuh       pages back to fp16
 // docs/gpu-codec.md describes them.
 #pragma once
 
 #include "block/block_tile_codec.cuh"
 #include "paged/append.cuh"
-#include "paged/decode_fp16.cuh"
+#include "paged/dequantize_pages.cuh"
 #include "paged/prefill.cuh"
 #include "warp/warp_primitives.cuh"

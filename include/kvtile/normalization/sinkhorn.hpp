@@ -26,7 +26,7 @@
 #include "../detail/fastmath.hpp"
 #include "../detail/reduce.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 namespace detail {
 // Constants of method.md section 2 (fp32).
@@ -152,4 +152,4 @@ struct no_normalization {
   }
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

@@ -13,7 +13,7 @@
 #include "../config.hpp"
 #include "../detail/bits.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 struct alignas(2) bfloat16_t {
   std::uint16_t storage;
@@ -43,4 +43,4 @@ struct alignas(2) bfloat16_t {
 
 static_assert(sizeof(bfloat16_t) == 2, "bfloat16_t must be 2 bytes");
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

@@ -21,7 +21,7 @@
 #include "../config.hpp"
 #include "../detail/bits.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 struct alignas(1) float_e4m3_t {
   std::uint8_t storage;
@@ -117,4 +117,4 @@ KVTILE_HOST_DEVICE float_e4m3_t e4m3_round_up(float v) { return detail::e4m3_rou
 // gives 448; NaN gives 0x7f; a zero result has the sign of v.
 KVTILE_HOST_DEVICE float_e4m3_t e4m3_round_down(float v) { return detail::e4m3_round_directed(v, -1); }
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

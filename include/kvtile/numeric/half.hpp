@@ -19,7 +19,7 @@
 #include "../config.hpp"
 #include "../detail/bits.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 struct alignas(2) half_t {
   std::uint16_t storage;
@@ -148,4 +148,4 @@ KVTILE_HOST_DEVICE half_t half_round_down(float f) { return detail::half_round_d
 // map to themselves and NaN to 0x7fff; a zero result has the sign of f.
 KVTILE_HOST_DEVICE half_t half_round_up(float f) { return detail::half_round_directed(f, 1); }
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

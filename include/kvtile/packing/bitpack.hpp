@@ -6,7 +6,8 @@
 
 #include "../config.hpp"
 
-namespace kvtile::detail {
+KVTILE_NAMESPACE_BEGIN
+namespace detail {
 
 template <int Bits>
 KVTILE_HOST_DEVICE std::uint32_t get_code(const std::uint8_t* row, int i) {
@@ -26,4 +27,5 @@ KVTILE_HOST_DEVICE void pack_row(const std::uint8_t* codes, int n, std::uint8_t*
   }
 }
 
-}  // namespace kvtile::detail
+}  // namespace detail
+KVTILE_NAMESPACE_END

@@ -5,11 +5,13 @@
 // Codes use the same bit order as fp8_scales. No vector scales.
 #pragma once
 
+#include "../config.hpp"
+
 #include <cstddef>
 
 #include "scale_format.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 struct fp16_scales {
   static constexpr const char* name = "fp16_scales";
@@ -34,4 +36,4 @@ struct fp16_scales {
   };
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

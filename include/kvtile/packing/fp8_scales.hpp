@@ -9,11 +9,13 @@
 // Code sections start 16-byte aligned; the record is a multiple of 16 bytes.
 #pragma once
 
+#include "../config.hpp"
+
 #include <cstddef>
 
 #include "scale_format.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 struct fp8_scales {
   static constexpr const char* name = "fp8_scales";
@@ -39,4 +41,4 @@ struct fp8_scales {
   };
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

@@ -15,7 +15,8 @@
 #include "../numeric/float_e4m3.hpp"
 #include "../numeric/half.hpp"
 
-namespace kvtile::detail {
+KVTILE_NAMESPACE_BEGIN
+namespace detail {
 
 struct e4m3_vector {
   using code_type = std::uint8_t;
@@ -78,4 +79,5 @@ struct fp16_vector {
   }
 };
 
-}  // namespace kvtile::detail
+}  // namespace detail
+KVTILE_NAMESPACE_END

@@ -28,7 +28,7 @@
 #include "../numeric/half.hpp"
 #include "../status.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 struct paged_cache_view {
   std::uint8_t* pages = nullptr;
@@ -128,4 +128,4 @@ inline status validate_prefill(const paged_cache_view& v, const std::int32_t* ho
   return status::success;
 }
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

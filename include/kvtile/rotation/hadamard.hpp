@@ -11,7 +11,7 @@
 #include "../config.hpp"
 #include "../detail/bits.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 namespace detail {
 template <int D>
@@ -80,4 +80,4 @@ struct randomized_hadamard {
   }
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

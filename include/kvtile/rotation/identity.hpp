@@ -3,7 +3,7 @@
 
 #include "../config.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 struct identity {
   static constexpr bool is_identity = true;
@@ -15,4 +15,4 @@ struct identity {
   KVTILE_HOST_DEVICE static void inverse(float*) {}
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

@@ -12,7 +12,7 @@
 #include "../config.hpp"
 #include "../detail/bits.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 // ClipPermille in (0, 1000]: the row range [lo, hi] shrinks around its centre
 // by ClipPermille / 1000 (values outside saturate). 1000 = no clipping.
@@ -70,4 +70,4 @@ struct rtn {
   using rounder = asymmetric_rtn<Bits, ClipPermille>;
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END

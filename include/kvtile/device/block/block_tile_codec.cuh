@@ -50,6 +50,8 @@
 // records written by encode.
 #pragma once
 
+#include "../../config.hpp"
+
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -64,7 +66,8 @@
 #include "../warp/warp_primitives.cuh"
 #include "register_sinkhorn.cuh"
 
-namespace kvtile::device {
+KVTILE_NAMESPACE_BEGIN
+namespace device {
 
 // Per-token flags a loader reports.
 enum : unsigned { load_ok = 0u, load_non_finite = 1u, load_out_of_range = 2u, load_saturated = 4u };
@@ -523,8 +526,8 @@ class block_tile_codec {
     }
     if ((lane & ((32 >> S) - 1)) == 0) {  // one lane per row slot (its lowest)
       const int r = warp_id() + WARPS * rs::row_slot();
-      row_stats<Rounder>(st, r, detail_warp::float_from_order_key(lo_key, zero_sign),
-                         detail_warp::float_from_order_key(hi_key, zero_sign));
+      row_stats<Rounder>(st, r, detail::float_from_order_key(lo_key, zero_sign),
+                         detail::float_from_order_key(hi_key, zero_sign));
     }
     __syncthreads();
     return row_codes<Key, Rounder>(st);
@@ -903,4 +906,5 @@ KVTILE_DEVICE void block_tile_codec<Codec, BLOCK_THREADS>::decode(const void* re
       record, keys, key_stride, values, value_stride, f);
 }
 
-}  // namespace kvtile::device
+}  // namespace device
+KVTILE_NAMESPACE_END

@@ -50,6 +50,8 @@
 // imbalance, best-so-far with ties to the later iterate.
 #pragma once
 
+#include "../../config.hpp"
+
 #include <cstdint>
 
 #include "../../detail/bits.hpp"
@@ -57,7 +59,8 @@
 #include "../../normalization/sinkhorn.hpp"
 #include "../warp/warp_primitives.cuh"
 
-namespace kvtile::device {
+KVTILE_NAMESPACE_BEGIN
+namespace device {
 
 // Which (R, C, BLOCK_THREADS) the register Sinkhorn supports.
 template <int R, int C, int BLOCK_THREADS>
@@ -440,4 +443,5 @@ struct register_tile<R, C, BLOCK_THREADS, true> {
   float v[register_sinkhorn_shape<R, C, BLOCK_THREADS>::MR][register_sinkhorn_shape<R, C, BLOCK_THREADS>::JC];
 };
 
-}  // namespace kvtile::device
+}  // namespace device
+KVTILE_NAMESPACE_END

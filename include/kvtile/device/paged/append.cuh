@@ -17,11 +17,14 @@
 // capture, or call prepare_append<Codec, T>() first).
 #pragma once
 
+#include "../../config.hpp"
+
 #include <cuda_runtime.h>
 
 #include "paged_common.cuh"
 
-namespace kvtile::device {
+KVTILE_NAMESPACE_BEGIN
+namespace device {
 
 template <class Codec, int BLOCK_THREADS, class T>
 __global__ void __launch_bounds__(BLOCK_THREADS)
@@ -85,7 +88,7 @@ constexpr std::size_t append_smem_bytes() {
 // Sets the kernel's shared-memory attribute (idempotent; not a stream operation).
 template <class Codec, class T, int BLOCK_THREADS = 256>
 inline cudaError_t prepare_append() {
-  return detail_paged::set_smem(append_kernel<Codec, BLOCK_THREADS, T>, append_smem_bytes<Codec, BLOCK_THREADS>());
+  return detail::set_smem(append_kernel<Codec, BLOCK_THREADS, T>, append_smem_bytes<Codec, BLOCK_THREADS>());
 }
 
 // Validates the view's structure (status before launch), then launches.
@@ -106,4 +109,5 @@ inline status launch_append(const paged_cache_view& view, const T* k_new, const 
   return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
 }
 
-}  // namespace kvtile::device
+}  // namespace device
+KVTILE_NAMESPACE_END

@@ -19,6 +19,8 @@
 // Per-sequence flags (optional int32 array, atomicOr): the paged_flag bits.
 #pragma once
 
+#include "../../config.hpp"
+
 #include <cstdint>
 
 #include "../../codec/tile_codec.hpp"
@@ -27,7 +29,8 @@
 #include "../block/block_tile_codec.cuh"
 #include "../warp/warp_primitives.cuh"
 
-namespace kvtile::device {
+KVTILE_NAMESPACE_BEGIN
+namespace device {
 
 enum paged_flag : std::int32_t {
   paged_flag_non_finite = 1,    // NaN/Inf input replaced by 0
@@ -134,12 +137,13 @@ struct paged_tile_loader {
   }
 };
 
-namespace detail_paged {
+namespace detail {
 template <class Kernel>
 inline cudaError_t set_smem(Kernel k, std::size_t bytes) {
   return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
-}  // namespace detail_paged
+}  // namespace detail
 #endif
 
-}  // namespace kvtile::device
+}  // namespace device
+KVTILE_NAMESPACE_END

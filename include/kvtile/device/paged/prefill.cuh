@@ -17,11 +17,14 @@
 // another block writes. No host sync, no allocation.
 #pragma once
 
+#include "../../config.hpp"
+
 #include <cuda_runtime.h>
 
 #include "paged_common.cuh"
 
-namespace kvtile::device {
+KVTILE_NAMESPACE_BEGIN
+namespace device {
 
 template <class Codec, int BLOCK_THREADS, class T>
 __global__ void __launch_bounds__(BLOCK_THREADS)
@@ -108,7 +111,7 @@ constexpr std::size_t prefill_smem_bytes() {
 
 template <class Codec, class T, int BLOCK_THREADS = 512>
 inline cudaError_t prepare_prefill() {
-  return detail_paged::set_smem(prefill_kernel<Codec, BLOCK_THREADS, T>, prefill_smem_bytes<Codec, BLOCK_THREADS>());
+  return detail::set_smem(prefill_kernel<Codec, BLOCK_THREADS, T>, prefill_smem_bytes<Codec, BLOCK_THREADS>());
 }
 
 // max_tokens_per_seq: an upper bound on cu_seqlens[s+1] - cu_seqlens[s].
@@ -132,4 +135,5 @@ inline status launch_prefill(const paged_cache_view& view, const T* k, const T* 
   return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
 }
 
-}  // namespace kvtile::device
+}  // namespace device
+KVTILE_NAMESPACE_END

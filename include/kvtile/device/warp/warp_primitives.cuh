@@ -22,7 +22,15 @@
 #include "../../detail/bits.hpp"
 #include "../../rotation/hadamard.hpp"
 
-namespace kvtile::device {
+KVTILE_NAMESPACE_BEGIN
+namespace device {
+
+// The device layer's internals (kvtile::device::detail) also see the host
+// layer's (kvtile::detail: bit casts, canonical arithmetic), so device code
+// names both as detail::.
+namespace detail {
+using namespace ::kvtile::detail;
+}  // namespace detail
 
 inline constexpr unsigned full_warp_mask = 0xffffffffu;
 
@@ -71,7 +79,7 @@ KVTILE_DEVICE float warp_fmin(float v) {
   return v;
 }
 
-namespace detail_warp {
+namespace detail {
 KVTILE_DEVICE float float_from_order_key(std::int32_t k, std::uint32_t zero_sign) {
   if (k == 0) return detail::float_from_bits(zero_sign);
   return k > 0 ? detail::float_from_bits(static_cast<std::uint32_t>(k))
@@ -94,7 +102,7 @@ KVTILE_DEVICE std::uint32_t first_zero_sign(const float (&x)[J]) {
   const unsigned best = __reduce_min_sync(full_warp_mask, first);
   return __shfl_sync(full_warp_mask, sign, static_cast<int>(best & 31u));
 }
-}  // namespace detail_warp
+}  // namespace detail
 
 // detail::min_max over the warp's line (NaN-free input): bit-identical to the
 // host's sequential first-wins scan. Integer keys, so also exact under -ftz.
@@ -110,9 +118,9 @@ KVTILE_DEVICE void warp_line_min_max(const float (&x)[J], float& lo, float& hi) 
   kmin = __reduce_min_sync(full_warp_mask, kmin);
   kmax = __reduce_max_sync(full_warp_mask, kmax);
   std::uint32_t zs = 0u;
-  if (kmin == 0 || kmax == 0) zs = detail_warp::first_zero_sign(x);  // warp-uniform branch
-  lo = detail_warp::float_from_order_key(kmin, zs);
-  hi = detail_warp::float_from_order_key(kmax, zs);
+  if (kmin == 0 || kmax == 0) zs = detail::first_zero_sign(x);  // warp-uniform branch
+  lo = detail::float_from_order_key(kmin, zs);
+  hi = detail::float_from_order_key(kmax, zs);
 }
 
 // Unnormalized FWHT of the warp's D = 32*J values, host stage order
@@ -167,4 +175,5 @@ KVTILE_DEVICE void warp_rotate_inverse(float (&v)[J]) {
   }
 }
 
-}  // namespace kvtile::device
+}  // namespace device
+KVTILE_NAMESPACE_END

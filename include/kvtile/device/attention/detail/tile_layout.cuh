@@ -1,4 +1,4 @@
-// kvtile/attention/detail/tile_layout.cuh: where the decode kernel's lanes read
+// kvtile/device/attention/detail/tile_layout.cuh: where the decode kernel's lanes read
 // a quantized record in shared memory, chosen so that the per-tile loads are
 // free of shared-memory bank conflicts WITHOUT changing the record format.
 //
@@ -55,15 +55,16 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../../config.hpp"
-#include "../../packing/fp8_scales.hpp"
+#include "../../../config.hpp"
+#include "../../../packing/fp8_scales.hpp"
 #include "fragments.cuh"
 
 #ifndef KVTILE_ATTENTION_SWIZZLE
 #define KVTILE_ATTENTION_SWIZZLE 0
 #endif
 
-namespace kvtile::attention::detail {
+KVTILE_NAMESPACE_BEGIN
+namespace attention::detail {
 
 inline constexpr bool conflict_free_layout = KVTILE_ATTENTION_SWIZZLE != 0;
 
@@ -230,4 +231,5 @@ KVTILE_DEVICE void stage_record(std::uint8_t* dst, const std::uint8_t* src, std:
   stage_segments<SL, 0>(dst, src, bar);
 }
 
-}  // namespace kvtile::attention::detail
+}  // namespace attention::detail
+KVTILE_NAMESPACE_END

@@ -1,4 +1,4 @@
-// kvtile/attention/detail/fragments.cuh: register-level building blocks of the
+// kvtile/device/attention/detail/fragments.cuh: register-level building blocks of the
 // decode kernels: mma.sync m16n8k16, movmatrix, async bulk copies with mbarriers,
 // and the code -> fp16 conversion that turns packed 2- and 4-bit codes into MMA
 // operand registers without touching memory.
@@ -19,9 +19,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "../../config.hpp"
+#include "../../../config.hpp"
 
-namespace kvtile::attention::detail {
+KVTILE_NAMESPACE_BEGIN
+namespace attention::detail {
 
 // c += A * B, A 16x16 row-major fp16, B 16x8 col-major fp16, c fp32.
 KVTILE_DEVICE void mma_f16(float (&c)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3,
@@ -279,4 +280,5 @@ KVTILE_DEVICE void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
       : "memory");
 }
 
-}  // namespace kvtile::attention::detail
+}  // namespace attention::detail
+KVTILE_NAMESPACE_END

@@ -1,4 +1,4 @@
-// kvtile/device/paged/decode_fp16.cuh: dequantize pages back to fp16.
+// kvtile/device/paged/dequantize_pages.cuh: dequantize pages back to fp16.
 //
 // For each i < num_pages_to_decode and KV head h, the record of page
 // page_ids[i] is decoded into out_k/out_v[i][h][G][D] (fp16, token-major),
@@ -43,6 +43,8 @@
 // bits.
 #pragma once
 
+#include "../../config.hpp"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -51,9 +53,10 @@
 #include "../../rotation/hadamard.hpp"
 #include "paged_common.cuh"
 
-namespace kvtile::device {
+KVTILE_NAMESPACE_BEGIN
+namespace device {
 
-namespace detail_decode {
+namespace detail {
 
 // ------------------------------------------------------------------ fp16 out
 
@@ -561,16 +564,16 @@ struct page_decoder {
   }
 };
 
-}  // namespace detail_decode
+}  // namespace detail
 
 // Fast kernel (16-byte aligned outputs). Static shared memory (3-5 KB of
 // tables; + C (D + 4) 4 = 33-35 KB of key transpose for frame::original), so
 // no attribute to set.
 template <class Codec, int BLOCK_THREADS, frame F>
-__global__ void __launch_bounds__(BLOCK_THREADS, detail_decode::page_decoder<Codec, BLOCK_THREADS, F>::min_blocks)
-    decode_pages_kernel(const __grid_constant__ paged_cache_view view, const std::int32_t* __restrict__ page_ids,
+__global__ void __launch_bounds__(BLOCK_THREADS, detail::page_decoder<Codec, BLOCK_THREADS, F>::min_blocks)
+    dequantize_pages_kernel(const __grid_constant__ paged_cache_view view, const std::int32_t* __restrict__ page_ids,
                         half_t* __restrict__ out_k, half_t* __restrict__ out_v) {
-  using decoder = detail_decode::page_decoder<Codec, BLOCK_THREADS, F>;
+  using decoder = detail::page_decoder<Codec, BLOCK_THREADS, F>;
   constexpr int D = Codec::D, G = Codec::G;
   __shared__ typename decoder::storage smem;
   const int i = blockIdx.x, h = blockIdx.y;
@@ -584,7 +587,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, detail_decode::page_decoder<Cod
 // 2-byte stores); any output alignment.
 template <class Codec, int BLOCK_THREADS>
 __global__ void __launch_bounds__(BLOCK_THREADS)
-    decode_pages_generic_kernel(const __grid_constant__ paged_cache_view view,
+    dequantize_pages_generic_kernel(const __grid_constant__ paged_cache_view view,
                                 const std::int32_t* __restrict__ page_ids, half_t* __restrict__ out_k,
                                 half_t* __restrict__ out_v, frame f) {
   using decoder = block_tile_decoder<paged_record_codec<Codec>, BLOCK_THREADS>;
@@ -598,38 +601,38 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
   decoder(ts).template decode<half_t, typename Codec::rotation>(view.record(page, h), out_k + o, D, out_v + o, D, f);
 }
 
-// Default block sizes of launch_decode_pages (powers of two in [64, 1024]):
+// Default block sizes of launch_dequantize_pages (powers of two in [64, 1024]):
 // the rotated-frame and generic kernels, and the original-frame kernel.
 // H200, k4v2_g128 / k2v2_g128 D=128, 4096 x 8 pages (2026-11-29): rotated
 // 128 / 256 / 512 threads 106.3 / 92.3 / 92.2 us (k2v2 92.8 / 91.7 / 89.2);
 // original 114.7 / 121.8 / 205.5 us (k2v2 109.1 / 120.9 / 210.3): 256 and 128.
-#ifndef KVTILE_DECODE_BLOCK_THREADS
-#define KVTILE_DECODE_BLOCK_THREADS 256
+#ifndef KVTILE_DEQUANTIZE_BLOCK_THREADS
+#define KVTILE_DEQUANTIZE_BLOCK_THREADS 256
 #endif
-#ifndef KVTILE_DECODE_ORIGINAL_BLOCK_THREADS
-#define KVTILE_DECODE_ORIGINAL_BLOCK_THREADS 128
+#ifndef KVTILE_DEQUANTIZE_ORIGINAL_BLOCK_THREADS
+#define KVTILE_DEQUANTIZE_ORIGINAL_BLOCK_THREADS 128
 #endif
 
 // Dynamic shared memory of the generic kernel (the fast one uses static
-// shared memory: sizeof(detail_decode::page_decoder<...>::storage)).
-template <class Codec, int BLOCK_THREADS = KVTILE_DECODE_BLOCK_THREADS>
-constexpr std::size_t decode_pages_smem_bytes() {
+// shared memory: sizeof(detail::page_decoder<...>::storage)).
+template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS>
+constexpr std::size_t dequantize_pages_smem_bytes() {
   return sizeof(typename block_tile_decoder<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
 }
 
 // Sets the generic kernel's shared memory attribute (the fast kernels need none).
-template <class Codec, int BLOCK_THREADS = KVTILE_DECODE_BLOCK_THREADS>
-inline cudaError_t prepare_decode_pages() {
-  return detail_paged::set_smem(decode_pages_generic_kernel<Codec, BLOCK_THREADS>,
-                                decode_pages_smem_bytes<Codec, BLOCK_THREADS>());
+template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS>
+inline cudaError_t prepare_dequantize_pages() {
+  return detail::set_smem(dequantize_pages_generic_kernel<Codec, BLOCK_THREADS>,
+                                dequantize_pages_smem_bytes<Codec, BLOCK_THREADS>());
 }
 
 // Pages with ids outside [0, num_pages) are skipped (output left untouched).
 // BLOCK_THREADS: rotated-frame and generic kernels; ORIGINAL_BLOCK_THREADS:
 // the original-frame kernel.
-template <class Codec, int BLOCK_THREADS = KVTILE_DECODE_BLOCK_THREADS,
-          int ORIGINAL_BLOCK_THREADS = KVTILE_DECODE_ORIGINAL_BLOCK_THREADS>
-inline status launch_decode_pages(const paged_cache_view& view, const std::int32_t* page_ids, std::int32_t count,
+template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS,
+          int ORIGINAL_BLOCK_THREADS = KVTILE_DEQUANTIZE_ORIGINAL_BLOCK_THREADS>
+inline status launch_dequantize_pages(const paged_cache_view& view, const std::int32_t* page_ids, std::int32_t count,
                                   half_t* out_k, half_t* out_v, frame f = frame::rotated,
                                   cudaStream_t stream = nullptr) {
   if (!view.pages || !page_ids || !out_k || !out_v) return status::null_pointer;
@@ -643,18 +646,19 @@ inline status launch_decode_pages(const paged_cache_view& view, const std::int32
   const bool aligned =
       reinterpret_cast<std::uintptr_t>(out_k) % 16 == 0 && reinterpret_cast<std::uintptr_t>(out_v) % 16 == 0;
   if (!aligned) {
-    if (prepare_decode_pages<Codec, BLOCK_THREADS>() != cudaSuccess) return status::cuda_error;
-    decode_pages_generic_kernel<Codec, BLOCK_THREADS>
-        <<<grid, BLOCK_THREADS, decode_pages_smem_bytes<Codec, BLOCK_THREADS>(), stream>>>(view, page_ids, out_k,
+    if (prepare_dequantize_pages<Codec, BLOCK_THREADS>() != cudaSuccess) return status::cuda_error;
+    dequantize_pages_generic_kernel<Codec, BLOCK_THREADS>
+        <<<grid, BLOCK_THREADS, dequantize_pages_smem_bytes<Codec, BLOCK_THREADS>(), stream>>>(view, page_ids, out_k,
                                                                                             out_v, f);
   } else if (f == frame::original && !Codec::rotation::is_identity) {
-    decode_pages_kernel<Codec, ORIGINAL_BLOCK_THREADS, frame::original>
+    dequantize_pages_kernel<Codec, ORIGINAL_BLOCK_THREADS, frame::original>
         <<<grid, ORIGINAL_BLOCK_THREADS, 0, stream>>>(view, page_ids, out_k, out_v);
   } else {
-    decode_pages_kernel<Codec, BLOCK_THREADS, frame::rotated>
+    dequantize_pages_kernel<Codec, BLOCK_THREADS, frame::rotated>
         <<<grid, BLOCK_THREADS, 0, stream>>>(view, page_ids, out_k, out_v);
   }
   return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
 }
 
-}  // namespace kvtile::device
+}  // namespace device
+KVTILE_NAMESPACE_END

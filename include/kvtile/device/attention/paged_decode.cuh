@@ -1,4 +1,4 @@
-// kvtile/attention/paged_decode.cuh: paged decode attention over the quantized
+// kvtile/device/attention/paged_decode.cuh: paged decode attention over the quantized
 // KV cache (method.md sections 7-8), and the same kernel over an fp16 paged
 // cache as a baseline. docs/attention.md describes the design and its numbers.
 //
@@ -31,20 +31,21 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../codec/tile_codec.hpp"
-#include "../config.hpp"
-#include "../numeric/bfloat16.hpp"
-#include "../numeric/half.hpp"
-#include "../packing/fp16_scales.hpp"
-#include "../packing/fp8_scales.hpp"
-#include "../paged/paged_cache.hpp"
-#include "../rotation/hadamard.hpp"
-#include "../status.hpp"
+#include "../../codec/tile_codec.hpp"
+#include "../../config.hpp"
+#include "../../numeric/bfloat16.hpp"
+#include "../../numeric/half.hpp"
+#include "../../packing/fp16_scales.hpp"
+#include "../../packing/fp8_scales.hpp"
+#include "../../paged/paged_cache.hpp"
+#include "../../rotation/hadamard.hpp"
+#include "../../status.hpp"
 #include "detail/fragments.cuh"
 #include "detail/tile_layout.cuh"
-#include "fp16_paged_cache.hpp"
+#include "../../paged/fp16_paged_cache.hpp"
 
-namespace kvtile::attention {
+KVTILE_NAMESPACE_BEGIN
+namespace attention {
 
 // Arguments of one decode step. QT: half_t or bfloat16_t.
 template <class QT>
@@ -1620,4 +1621,5 @@ status paged_decode_fp16(const fp16_paged_cache_view& cache, const decode_args<Q
                                                                                splits, stream, tr::warps * 32, configured);
 }
 
-}  // namespace kvtile::attention
+}  // namespace attention
+KVTILE_NAMESPACE_END

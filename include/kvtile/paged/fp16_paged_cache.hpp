@@ -1,4 +1,4 @@
-// kvtile/attention/fp16_paged_cache.hpp: the unquantized paged fp16 KV cache the
+// kvtile/paged/fp16_paged_cache.hpp: the unquantized paged fp16 KV cache the
 // fp16 decode baseline reads (docs/attention.md).
 //
 // Storage (device memory):
@@ -17,7 +17,7 @@
 #include "../numeric/half.hpp"
 #include "../status.hpp"
 
-namespace kvtile {
+KVTILE_NAMESPACE_BEGIN
 
 struct fp16_paged_cache_view {
   half_t* k = nullptr;
@@ -37,4 +37,4 @@ struct fp16_paged_cache_view {
   }
 };
 
-}  // namespace kvtile
+KVTILE_NAMESPACE_END
