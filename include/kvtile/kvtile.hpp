@@ -10,6 +10,7 @@
 #include "tile_config.hpp"
 #include "rotation/hadamard.hpp"
 #include "rotation/identity.hpp"
+#include "normalization/none.hpp"
 #include "normalization/sinkhorn.hpp"
 #include "rounding/asymmetric_rtn.hpp"
 #include "packing/fp8_scales.hpp"

@@ -7,6 +7,7 @@
 #include "config.hpp"
 
 #include "codec/tile_codec.hpp"
+#include "normalization/none.hpp"
 #include "normalization/sinkhorn.hpp"
 #include "packing/fp16_scales.hpp"
 #include "packing/fp8_scales.hpp"

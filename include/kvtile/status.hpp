@@ -5,7 +5,7 @@
 
 KVTILE_NAMESPACE_BEGIN
 
-enum class status : int {
+enum class [[nodiscard]] status : int {
   success = 0,
   // Input data contained NaN or +-Inf. The record WAS written and is valid:
   // every non-finite element was replaced by 0 before encoding (docs/reliability.md).

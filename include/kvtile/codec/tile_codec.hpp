@@ -264,8 +264,8 @@ class tile_codec {
     return validate_values(record);
   }
 
+ private:
   // ---------------------------------------------------------------- internals
-  // Public so tests and the device codec can check intermediate results.
 
   // Quantizes one side: X is R x C row-major (already rotated). Fills `st`.
   template <class Rounder, int R, int C>
@@ -320,7 +320,6 @@ class tile_codec {
     return status::success;
   }
 
- private:
   static workspace& thread_workspace() {
     thread_local std::unique_ptr<workspace> w(new workspace);
     return *w;

@@ -54,5 +54,16 @@ KVTILE_HOST_DEVICE void canonical_col_std(const float* m, int rows, int cols, fl
   for (int c = 0; c < cols; ++c) out[c] = sqrt(div(tmp[c], n1));
 }
 
+// lo = min, hi = max of v[0..n) (n >= 1), by fmin/fmax in index order: the
+// first element that reaches an extreme wins (which zero, +0 or -0, is kept).
+KVTILE_HOST_DEVICE void min_max(const float* v, int n, float& lo, float& hi) {
+  lo = v[0];
+  hi = v[0];
+  for (int i = 1; i < n; ++i) {
+    lo = fmin(lo, v[i]);
+    hi = fmax(hi, v[i]);
+  }
+}
+
 }  // namespace detail
 KVTILE_NAMESPACE_END

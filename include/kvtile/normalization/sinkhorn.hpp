@@ -43,15 +43,6 @@ KVTILE_HOST_DEVICE float imbalance_term(float vmax, float vmin) {
   return div(vmax, fmax(vmin, sinkhorn_constants::imb_floor));
 }
 
-KVTILE_HOST_DEVICE void min_max(const float* v, int n, float& lo, float& hi) {
-  lo = v[0];
-  hi = v[0];
-  for (int i = 1; i < n; ++i) {
-    lo = fmin(lo, v[i]);
-    hi = fmax(hi, v[i]);
-  }
-}
-
 // One log-domain update: L = clip(L + ln(clamp(std)), -0.3, 10); returns e^L.
 KVTILE_HOST_DEVICE float sinkhorn_update(float& log_scale, float std_dev) {
   using k = sinkhorn_constants;
@@ -132,23 +123,6 @@ struct sinkhorn {
       }
     }
     return best;
-  }
-};
-
-// No normalization: unit scales (baselines kivi and rotate_rtn).
-struct no_normalization {
-  static constexpr int iterations = 0;
-  static constexpr bool is_none = true;
-  static constexpr const char* name = "none";
-
-  template <int R, int C>
-  static constexpr std::size_t scratch_floats = 0;
-
-  template <int R, int C>
-  static float run(const float*, float* col_scale, float* row_scale, float*) {
-    for (int c = 0; c < C; ++c) col_scale[c] = 1.0f;
-    for (int r = 0; r < R; ++r) row_scale[r] = 1.0f;
-    return 0.0f;
   }
 };
 

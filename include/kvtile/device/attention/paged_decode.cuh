@@ -1382,12 +1382,6 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   if (lse && lane == 0) lse[row] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
 }
 
-struct launch_shape {
-  int num_splits;
-  int qgroups;
-  int group;
-};
-
 inline int sm_count() {
   int dev = 0, n = 132;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);

@@ -2,8 +2,9 @@
 //
 // For each i < num_pages_to_decode and KV head h, the record of page
 // page_ids[i] is decoded into out_k/out_v[i][h][G][D] (fp16, token-major),
-// in the rotated frame (frame::rotated, what attention with a rotated query
-// reads) or the original one (frame::original: Codec's rotation undone).
+// in the original frame (frame::original, the default everywhere in kvtile:
+// Codec's rotation undone) or the rotated one (frame::rotated, what attention
+// with a rotated query reads).
 // Bit-identical to paged_record_codec<Codec>::decode on the host followed, for
 // frame::original, by Codec::rotation::inverse before the fp16 rounding
 // (i.e. Codec::decode semantics on a record of already-rotated input).
@@ -633,7 +634,7 @@ inline cudaError_t prepare_dequantize_pages() {
 template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS,
           int ORIGINAL_BLOCK_THREADS = KVTILE_DEQUANTIZE_ORIGINAL_BLOCK_THREADS>
 inline status launch_dequantize_pages(const paged_cache_view& view, const std::int32_t* page_ids, std::int32_t count,
-                                  half_t* out_k, half_t* out_v, frame f = frame::rotated,
+                                  half_t* out_k, half_t* out_v, frame f = frame::original,
                                   cudaStream_t stream = nullptr) {
   if (!view.pages || !page_ids || !out_k || !out_v) return status::null_pointer;
   if (view.head_dim != Codec::D) return status::unsupported_head_dim;
