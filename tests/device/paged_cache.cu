@@ -303,8 +303,10 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
         const int i = w / H, h = w % H;
         const unsigned char* r = m.pages.data() + (static_cast<std::size_t>(ids[i]) * H + h) * Codec::record_bytes;
         std::vector<float> fk(G * D), fv(G * D);
-        paged_record_codec<Codec>::decode(r, fk.data(), D, fv.data(), D, kvtile::frame::rotated);
-        long b = 0;
+        long b = paged_record_codec<Codec>::decode(r, fk.data(), D, fv.data(), D, kvtile::frame::rotated) ==
+                         kvtile::status::success
+                     ? 0
+                     : 1;
         for (int g = 0; g < G; ++g) {
           if (f == kvtile::frame::original) {
             Codec::rotation::template inverse<D>(&fk[g * D]);
