@@ -87,6 +87,13 @@ if want build; then
   nv build_attn/paged_decode examples/paged_decode/main.cu > "$OUT/build/paged_decode.log" 2>&1 & pids+=($!)
   nv build/gpu/soak tests/device/soak.cu > "$OUT/build/soak.log" 2>&1 & pids+=($!)
   nv build/gpu/numeric tests/device/numeric.cu > "$OUT/build/numeric.log" 2>&1 & pids+=($!)
+  if sel abi; then  # tests/abi: two differently tuned builds of one TU linked into one executable
+    ( mkdir -p build/gpu/abi &&
+      $NVCC $FLAGS -DABI_VARIANT=a -DKVTILE_DEQUANTIZE_BLOCK_THREADS=128 -c tests/abi/variant.cu -o build/gpu/abi/a.o &&
+      $NVCC $FLAGS -DABI_VARIANT=b -DKVTILE_DEQUANTIZE_BLOCK_THREADS=512 -c tests/abi/variant.cu -o build/gpu/abi/b.o &&
+      $NVCC $FLAGS -o build/gpu/abi_static tests/abi/main.cpp build/gpu/abi/a.o build/gpu/abi/b.o &&
+      echo "built build/gpu/abi_static" ) > "$OUT/build/abi.log" 2>&1 & pids+=($!)
+  fi
   if sel kvtile-eval; then
     (JOBS=3 OUT=$OUT/build tools/kvtile-eval/cuda/run_gpu_check.sh --build-only) > "$OUT/build/kvtile-eval.log" 2>&1 & pids+=($!)
   fi
@@ -192,8 +199,9 @@ if want test; then
     run_logged "$OUT/test/$t.log" build_attn/$t & spids+=($!)
   done
   run_logged "$OUT/test/numeric.log" build/gpu/numeric & spids+=($!)
+  run_logged "$OUT/test/abi.log" build/gpu/abi_static & spids+=($!)
   for p in "${spids[@]}"; do wait "$p" || rc=1; done
-  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 numeric; do
+  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 numeric abi; do
     say "$t: $(grep -E 'passed' "$OUT/test/$t.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$t.log"))"
   done
   grep -h -A20 "error vs unquantized" "$OUT"/test/attention_*.log | grep -E "rel err vs|error vs" >> "$SUMMARY"
