@@ -13,12 +13,15 @@
 #define KVTILE_EVAL_HAVE_ISATTY 1
 #endif
 
+#include "dataset.hpp"
+#include "device_codec.hpp"
 #include "evaluate.hpp"
+#include "methods.hpp"
 #include "npy.hpp"
+#include "plot.hpp"
+#include "ranking.hpp"
 #include "report.hpp"
 #include "safetensors.hpp"
-
-#include "device_codec.hpp"
 
 namespace kvtile_eval {
 

@@ -2,7 +2,7 @@
 // cuda`, `--compare-devices`), as a host-compilable interface (no CUDA headers).
 //
 // A device_codec_session holds one layer on the GPU: upload() copies its keys
-// and values (head-major [heads][tokens][head_dim] fp32, evaluate.hpp's
+// and values (head-major [heads][tokens][head_dim] fp32, layer_codec.hpp's
 // layer_buffers layout) once; roundtrip(p) then encodes and decodes every full
 // tile of every head with kvtile::device::block_tile_codec<Codec, 512> in ONE
 // launch (one block per (tile, head): encode, then decode to fp32 in the

@@ -16,7 +16,7 @@ namespace kvtile_eval::cuda {
 
 constexpr int block_threads = 512;
 
-// The codecs kvtile-eval measures (evaluate.hpp all_methods()): every kvarn
+// The codecs kvtile-eval measures (methods.hpp all_methods()): every kvarn
 // preset in both packings, kivi and rotate_rtn at G = 128 with fp8 scales.
 template <class Codec>
 constexpr bool evaluated() {
