@@ -22,6 +22,8 @@ enum class [[nodiscard]] status : int {
   insufficient_space,     // an output buffer is too small
   cuda_error,             // a CUDA runtime call failed (device APIs)
   no_device,              // no CUDA device present (device APIs)
+  unsupported_arch,       // the current GPU cannot run this kernel: compute capability below the kernel's
+                          // minimum, no code for it in the binary, or too little (opt-in) shared memory
 };
 
 constexpr const char* to_string(status s) noexcept {
@@ -40,6 +42,7 @@ constexpr const char* to_string(status s) noexcept {
     case status::insufficient_space: return "output buffer too small";
     case status::cuda_error: return "CUDA error";
     case status::no_device: return "no CUDA device";
+    case status::unsupported_arch: return "kernel not supported on this GPU (architecture or shared memory)";
   }
   return "unknown status";
 }

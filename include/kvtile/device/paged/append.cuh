@@ -12,9 +12,10 @@
 // cleared (the next tile overwrites them).
 //
 // One launch, grid (num_seqs, kv_heads), no host synchronization, no
-// allocation: capturable in a CUDA graph (the dynamic shared memory attribute
-// is set by launch_append before capture can matter; call it once outside the
-// capture, or call prepare_append<Codec, T>() first).
+// allocation: capturable in a CUDA graph (the one-time setup of
+// detail/launch.cuh is legal during capture too).
+// launch_append returns a launch_result (converts to status): unsupported_arch
+// on a GPU below sm_80 or without code for it in the binary.
 #pragma once
 
 #include "../../config.hpp"
@@ -85,28 +86,30 @@ constexpr std::size_t append_smem_bytes() {
   return sizeof(typename block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
 }
 
-// Sets the kernel's shared-memory attribute (idempotent; not a stream operation).
+// Checks the current device and sets the kernel up on it (detail/launch.cuh:
+// once per device, thread-safe, not a stream operation). launch_append calls
+// it; calling it first only moves the one-time setup out of the first launch.
 template <class Codec, class T, int BLOCK_THREADS = 256>
-inline cudaError_t prepare_append() {
-  return detail::set_smem(append_kernel<Codec, BLOCK_THREADS, T>, append_smem_bytes<Codec, BLOCK_THREADS>());
+inline launch_result prepare_append() {
+  return detail::prepare_kernel<append_kernel<Codec, BLOCK_THREADS, T>>(append_smem_bytes<Codec, BLOCK_THREADS>(),
+                                                                       paged_min_cc);
 }
 
 // Validates the view's structure (status before launch), then launches.
 // flags: optional [num_seqs] int32, OR-ed with paged_flag bits (not cleared).
 template <class Codec, class T, int BLOCK_THREADS = 256>
-inline status launch_append(const paged_cache_view& view, const T* k_new, const T* v_new, std::int32_t* flags = nullptr,
-                            cudaStream_t stream = nullptr) {
+inline launch_result launch_append(const paged_cache_view& view, const T* k_new, const T* v_new,
+                                   std::int32_t* flags = nullptr, cudaStream_t stream = nullptr) {
   static_assert(std::is_same_v<T, half_t> || std::is_same_v<T, bfloat16_t>, "append takes half_t or bfloat16_t tokens");
   if (status s = validate_structure(view, static_cast<std::int64_t>(Codec::record_bytes), Codec::D, Codec::G);
       s != status::success)
     return s;
   if (!k_new || !v_new) return status::null_pointer;
   if (view.num_seqs == 0) return status::success;
-  if (prepare_append<Codec, T, BLOCK_THREADS>() != cudaSuccess) return status::cuda_error;
-  append_kernel<Codec, BLOCK_THREADS, T><<<dim3(view.num_seqs, view.kv_heads), BLOCK_THREADS,
-                                           append_smem_bytes<Codec, BLOCK_THREADS>(), stream>>>(view, k_new, v_new,
-                                                                                               flags);
-  return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+  if (launch_result r = prepare_append<Codec, T, BLOCK_THREADS>(); !r.ok()) return r;
+  return detail::launch_kernel<append_kernel<Codec, BLOCK_THREADS, T>>(
+      dim3(view.num_seqs, view.kv_heads), dim3(BLOCK_THREADS), append_smem_bytes<Codec, BLOCK_THREADS>(),
+      launch_options{stream, false}, view, k_new, v_new, flags);
 }
 
 }  // namespace device

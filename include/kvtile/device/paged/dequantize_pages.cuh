@@ -621,44 +621,50 @@ constexpr std::size_t dequantize_pages_smem_bytes() {
   return sizeof(typename block_tile_decoder<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
 }
 
-// Sets the generic kernel's shared memory attribute (the fast kernels need none).
+// Checks the current device and sets the generic kernel up on it (see
+// prepare_append; the fast kernels use static shared memory only and are
+// checked by launch_dequantize_pages itself).
 template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS>
-inline cudaError_t prepare_dequantize_pages() {
-  return detail::set_smem(dequantize_pages_generic_kernel<Codec, BLOCK_THREADS>,
-                                dequantize_pages_smem_bytes<Codec, BLOCK_THREADS>());
+inline launch_result prepare_dequantize_pages() {
+  return detail::prepare_kernel<dequantize_pages_generic_kernel<Codec, BLOCK_THREADS>>(
+      dequantize_pages_smem_bytes<Codec, BLOCK_THREADS>(), paged_min_cc);
 }
 
 // Pages with ids outside [0, num_pages) are skipped (output left untouched).
 // BLOCK_THREADS: rotated-frame and generic kernels; ORIGINAL_BLOCK_THREADS:
-// the original-frame kernel.
+// the original-frame kernel. Returns unsupported_arch on a GPU below sm_80 or
+// without code for it in the binary.
 template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS,
           int ORIGINAL_BLOCK_THREADS = KVTILE_DEQUANTIZE_ORIGINAL_BLOCK_THREADS>
-inline status launch_dequantize_pages(const paged_cache_view& view, const std::int32_t* page_ids, std::int32_t count,
-                                  half_t* out_k, half_t* out_v, frame f = frame::original,
-                                  cudaStream_t stream = nullptr) {
+inline launch_result launch_dequantize_pages(const paged_cache_view& view, const std::int32_t* page_ids,
+                                             std::int32_t count, half_t* out_k, half_t* out_v,
+                                             frame f = frame::original, cudaStream_t stream = nullptr) {
   if (!view.pages || !page_ids || !out_k || !out_v) return status::null_pointer;
   if (view.head_dim != Codec::D) return status::unsupported_head_dim;
   if (view.tile_tokens != Codec::G) return status::unsupported_tile_tokens;
   if (view.record_bytes != static_cast<std::int64_t>(Codec::record_bytes)) return status::invalid_argument;
   if (count < 0 || view.kv_heads <= 0 || view.kv_heads > 65535) return status::invalid_argument;
+  if (f != frame::original && f != frame::rotated) return status::invalid_argument;
   if (reinterpret_cast<std::uintptr_t>(view.pages) % 16 != 0) return status::misaligned;
   if (count == 0) return status::success;
   const dim3 grid(count, view.kv_heads);
+  const launch_options opts{stream, false};
   const bool aligned =
       reinterpret_cast<std::uintptr_t>(out_k) % 16 == 0 && reinterpret_cast<std::uintptr_t>(out_v) % 16 == 0;
   if (!aligned) {
-    if (prepare_dequantize_pages<Codec, BLOCK_THREADS>() != cudaSuccess) return status::cuda_error;
-    dequantize_pages_generic_kernel<Codec, BLOCK_THREADS>
-        <<<grid, BLOCK_THREADS, dequantize_pages_smem_bytes<Codec, BLOCK_THREADS>(), stream>>>(view, page_ids, out_k,
-                                                                                            out_v, f);
-  } else if (f == frame::original && !Codec::rotation::is_identity) {
-    dequantize_pages_kernel<Codec, ORIGINAL_BLOCK_THREADS, frame::original>
-        <<<grid, ORIGINAL_BLOCK_THREADS, 0, stream>>>(view, page_ids, out_k, out_v);
-  } else {
-    dequantize_pages_kernel<Codec, BLOCK_THREADS, frame::rotated>
-        <<<grid, BLOCK_THREADS, 0, stream>>>(view, page_ids, out_k, out_v);
+    constexpr auto kernel = dequantize_pages_generic_kernel<Codec, BLOCK_THREADS>;
+    if (launch_result r = prepare_dequantize_pages<Codec, BLOCK_THREADS>(); !r.ok()) return r;
+    return detail::launch_kernel<kernel>(grid, dim3(BLOCK_THREADS), dequantize_pages_smem_bytes<Codec, BLOCK_THREADS>(),
+                                         opts, view, page_ids, out_k, out_v, f);
   }
-  return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+  if (f == frame::original && !Codec::rotation::is_identity) {
+    constexpr auto kernel = dequantize_pages_kernel<Codec, ORIGINAL_BLOCK_THREADS, frame::original>;
+    if (launch_result r = detail::prepare_kernel<kernel>(0, paged_min_cc); !r.ok()) return r;
+    return detail::launch_kernel<kernel>(grid, dim3(ORIGINAL_BLOCK_THREADS), 0, opts, view, page_ids, out_k, out_v);
+  }
+  constexpr auto kernel = dequantize_pages_kernel<Codec, BLOCK_THREADS, frame::rotated>;
+  if (launch_result r = detail::prepare_kernel<kernel>(0, paged_min_cc); !r.ok()) return r;
+  return detail::launch_kernel<kernel>(grid, dim3(BLOCK_THREADS), 0, opts, view, page_ids, out_k, out_v);
 }
 
 }  // namespace device

@@ -27,6 +27,7 @@
 #include "../../paged/paged_cache.hpp"
 #include "../../rotation/identity.hpp"
 #include "../block/block_tile_codec.cuh"
+#include "../detail/launch.cuh"
 #include "../warp/warp_primitives.cuh"
 
 KVTILE_NAMESPACE_BEGIN
@@ -137,12 +138,10 @@ struct paged_tile_loader {
   }
 };
 
-namespace detail {
-template <class Kernel>
-inline cudaError_t set_smem(Kernel k, std::size_t bytes) {
-  return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-}
-}  // namespace detail
+// Lowest compute capability the codec and paged kernels run on (their
+// compute_80 PTX assembles for sm_80; the GPU script runs their tests from it
+// by JIT). The launchers return unsupported_arch below it.
+inline constexpr int paged_min_cc = 80;
 #endif
 
 }  // namespace device

@@ -109,14 +109,16 @@ constexpr std::size_t prefill_smem_bytes() {
   return sizeof(typename block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
 }
 
+// Checks the current device and sets the kernel up on it (see prepare_append).
 template <class Codec, class T, int BLOCK_THREADS = 512>
-inline cudaError_t prepare_prefill() {
-  return detail::set_smem(prefill_kernel<Codec, BLOCK_THREADS, T>, prefill_smem_bytes<Codec, BLOCK_THREADS>());
+inline launch_result prepare_prefill() {
+  return detail::prepare_kernel<prefill_kernel<Codec, BLOCK_THREADS, T>>(prefill_smem_bytes<Codec, BLOCK_THREADS>(),
+                                                                        paged_min_cc);
 }
 
 // max_tokens_per_seq: an upper bound on cu_seqlens[s+1] - cu_seqlens[s].
 template <class Codec, class T, int BLOCK_THREADS = 512>
-inline status launch_prefill(const paged_cache_view& view, const T* k, const T* v, const std::int32_t* cu_seqlens,
+inline launch_result launch_prefill(const paged_cache_view& view, const T* k, const T* v, const std::int32_t* cu_seqlens,
                              std::int64_t max_tokens_per_seq, std::int32_t* flags = nullptr,
                              cudaStream_t stream = nullptr) {
   static_assert(std::is_same_v<T, half_t> || std::is_same_v<T, bfloat16_t>, "prefill takes half_t or bfloat16_t tokens");
@@ -128,11 +130,10 @@ inline status launch_prefill(const paged_cache_view& view, const T* k, const T* 
   if (view.num_seqs == 0 || max_tokens_per_seq == 0) return status::success;
   const std::int64_t max_tiles = (max_tokens_per_seq + Codec::G - 1) / Codec::G + 1;
   if (max_tiles > 0x7fffffff || view.num_seqs > 65535 || view.kv_heads > 65535) return status::invalid_argument;
-  if (prepare_prefill<Codec, T, BLOCK_THREADS>() != cudaSuccess) return status::cuda_error;
-  prefill_kernel<Codec, BLOCK_THREADS, T>
-      <<<dim3(static_cast<unsigned>(max_tiles), view.num_seqs, view.kv_heads), BLOCK_THREADS,
-         prefill_smem_bytes<Codec, BLOCK_THREADS>(), stream>>>(view, k, v, cu_seqlens, flags);
-  return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+  if (launch_result r = prepare_prefill<Codec, T, BLOCK_THREADS>(); !r.ok()) return r;
+  return detail::launch_kernel<prefill_kernel<Codec, BLOCK_THREADS, T>>(
+      dim3(static_cast<unsigned>(max_tiles), view.num_seqs, view.kv_heads), dim3(BLOCK_THREADS),
+      prefill_smem_bytes<Codec, BLOCK_THREADS>(), launch_options{stream, false}, view, k, v, cu_seqlens, flags);
 }
 
 }  // namespace device
