@@ -18,11 +18,19 @@ if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
   endif()
 endif()
 
-# Default targets: sm_90a machine code (Hopper-only instructions such as wgmma)
-# plus compute_80 PTX that the driver JIT-compiles for Ampere/Ada and anything
-# newer than sm_90. CMake >= 3.25 turns this into
+# Default targets: sm_90a machine code (Hopper: what the decode attention
+# kernels are written for) plus compute_80 PTX, which the driver JIT-compiles
+# on every other GPU of compute capability 8.0 or newer (A100, L40S, RTX 4090,
+# Blackwell). CMake >= 3.25 turns this into
 #   --generate-code=arch=compute_90a,code=[sm_90a]
 #   --generate-code=arch=compute_80,code=[compute_80]
+# The compute_80 PTX of the codec and paged kernels (block codec, prefill,
+# append, dequantize_pages) assembles for sm_80 and is tested by running it
+# JIT-compiled on an H200 (scripts/gpu_session.sh, stage jit80). Their
+# launchers return status::unsupported_arch below compute capability 8.0 or
+# when the binary holds no code the GPU can run. Decode attention needs sm_90
+# (bulk copies, mbarrier transaction counts); on other GPUs its launchers
+# return unsupported_arch (docs/attention.md).
 # A CMAKE_CUDA_ARCHITECTURES or CUDAARCHS given by the user becomes the default
 # instead (e.g. -DCMAKE_CUDA_ARCHITECTURES=native).
 if(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT CMAKE_CUDA_ARCHITECTURES STREQUAL "")

@@ -4,12 +4,13 @@
 #   STAGES="build test soak eval sanitize bench profile" scripts/gpu_session.sh
 #
 # Stages (default: all but profile, in this order):
-#   build     every device binary in parallel (nvcc, sm_90a): the GPU-codec tests
+#   build     every device binary in parallel (nvcc, sm_90a; unsupported_arch: sm_86 only): the GPU-codec tests
 #             and benchmark (build/gpu-codec/), the attention tests, sweeps,
 #             benchmark and example (build_attn/), the soak test and the numeric
 #             test (build/gpu/), kvtile-eval with CUDA (build/kvtile-eval-gpu/).
 #             Binaries already present and newer than every source are reused.
-#   test      GPU-codec identity tests, paged cache, attention API test,
+#   test      GPU-codec identity tests, paged cache, launch setup, multi-GPU and
+#             sequence packing, unsupported_arch (an sm_86-only binary), attention API test,
 #             example, the six attention accuracy sweeps, numeric test.
 #   soak      the paged-cache soak test (full run).
 #   eval      tools/kvtile-eval/cuda/run_gpu_check.sh --no-build.
@@ -19,6 +20,15 @@
 #             the GPU, before anything concurrent).
 #   profile   Nsight Compute on the prefill encode, decode-to-fp16 and the
 #             k4v2 attention kernel.
+#   jit80     the codec and paged device tests (block_codec_d*, paged_cache,
+#             launch_setup, multi_gpu) and the GPU-codec benchmark built as
+#             compute_80 PTX only (-gencode=arch=compute_80,code=compute_80,
+#             build/jit80/), run with CUDA_FORCE_PTX_JIT=1: the driver compiles
+#             the sm_80 code path for this GPU, so the sm_80 forms of every
+#             codec and paged kernel are tested here; the benchmark reports
+#             their speed (JSON + Markdown under $OUT/jit80). JIT80_PREBUILT=DIR
+#             takes the binaries from DIR instead (built elsewhere with the same
+#             flags). Runs only when named in STAGES.
 # Logs: $OUT/<stage>/... ; at the end everything is packed into
 # $OUT/logs.tar.gz (the device tool returns at most 8 files) and
 # $OUT/summary.txt. DEADLINE (seconds, default 560) skips stages that would
@@ -66,13 +76,27 @@ nv_variants() {
     nv "$2_${v%%:*}" "$3" $(echo "${v#*:}" | tr ',' ' ') > "$OUT/build/$(basename "$2")_${v%%:*}.log" 2>&1 & pids+=($!)
   done
 }
+# jit80 binaries: compute_80 PTX only (see the jit80 stage)
+JIT80_TESTS="block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu"
+JIT80_FLAGS=${FLAGS/-gencode=arch=compute_90a,code=sm_90a/-gencode=arch=compute_80,code=compute_80}
+jit80_build() {  # in the background, pids appended to pids[]
+  mkdir -p build/jit80 "$OUT/jit80"
+  local n
+  for n in $JIT80_TESTS; do
+    FLAGS=$JIT80_FLAGS nv build/jit80/$n tests/device/$n.cu > "$OUT/jit80/build_$n.log" 2>&1 & pids+=($!)
+  done
+  FLAGS=$JIT80_FLAGS nv build/jit80/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/jit80/build_gpu_codec_bench.log" 2>&1 & pids+=($!)
+}
 if want build; then
   say "build start ($($NVCC --version | tail -1))"
   mkdir -p "$OUT/build"
   pids=()
-  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache; do
+  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu; do
     nv build/gpu-codec/$n tests/device/$n.cu > "$OUT/build/$n.log" 2>&1 & pids+=($!)
   done
+  # sm_86 machine code only (no PTX, no sm_90a): the launchers must answer unsupported_arch on this GPU
+  FLAGS=${FLAGS/-gencode=arch=compute_90a,code=sm_90a/-gencode=arch=compute_86,code=sm_86} \
+    nv build/gpu-codec/unsupported_arch tests/device/unsupported_arch.cu > "$OUT/build/unsupported_arch.log" 2>&1 & pids+=($!)
   nv build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/build/gpu_codec_bench.log" 2>&1 & pids+=($!)
   # CODEC_VARIANTS="name:-DFLAG=1,...": the GPU-codec benchmark with other flags (run --decode-only)
   nv_variants "${CODEC_VARIANTS:-}" build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu
@@ -94,6 +118,7 @@ if want build; then
       $NVCC $FLAGS -o build/gpu/abi_static tests/abi/main.cpp build/gpu/abi/a.o build/gpu/abi/b.o &&
       echo "built build/gpu/abi_static" ) > "$OUT/build/abi.log" 2>&1 & pids+=($!)
   fi
+  [[ " $STAGES " == *" jit80 "* && -z "${JIT80_PREBUILT:-}" ]] && jit80_build
   if sel kvtile-eval; then
     (JOBS=3 OUT=$OUT/build tools/kvtile-eval/cuda/run_gpu_check.sh --build-only) > "$OUT/build/kvtile-eval.log" 2>&1 & pids+=($!)
   fi
@@ -116,7 +141,7 @@ if want bench; then
   mkdir -p "$OUT/bench"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/bench/gpu.txt" 2>&1
   if sel build/gpu-codec/gpu_codec_bench; then
-    build/gpu-codec/gpu_codec_bench --out "$OUT/bench" --iters 15 --command "scripts/gpu_session.sh (bench)" \
+    build/gpu-codec/gpu_codec_bench --out "$OUT/bench" --iters ${BENCH_ITERS:-15} --command "scripts/gpu_session.sh (bench)" \
       > "$OUT/bench/gpu_codec.log" 2>&1 || rc=1
   fi
   grep -E "^(prefill|decode|copy)|append .* 64 " "$OUT/bench/gpu_codec.log" | head -20 | tee -a "$SUMMARY"
@@ -182,9 +207,9 @@ fi
 if want test; then
   say "test"
   mkdir -p "$OUT/test"
-  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache; do
+  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu unsupported_arch; do
     run_logged "$OUT/test/$n.log" build/gpu-codec/$n || rc=1
-    say "$n: $(grep -E 'passed|failed|mismatch' "$OUT/test/$n.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$n.log"))"
+    say "$n: $(grep -E 'passed|failed|mismatch|PASS|FAIL' "$OUT/test/$n.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$n.log"))"
   done
   run_logged "$OUT/test/attention.log" build_attn/attention || rc=1
   say "attention: $(grep -E 'passed' "$OUT/test/attention.log" | tail -n 1) ($(tail -n 1 "$OUT/test/attention.log"))"
@@ -249,6 +274,8 @@ if want sanitize; then
     throttle
     san $tool $C/paged_cache --quick & spids+=($!)
     throttle
+    san $tool $C/multi_gpu & spids+=($!)  # (launch_setup provokes API errors on purpose: not run here)
+    throttle
     san $tool $A/attention --small & spids+=($!)
     throttle
     san $tool build/gpu/soak --small & spids+=($!)
@@ -270,6 +297,42 @@ if want sanitize; then
     printf '%-60s %-45s %s\n' "$(basename "$f" .log)" "${s:-no summary}" "$e" | tee -a "$SUMMARY"
     [ "$e" = "exit 0" ] || rc=1
   done
+fi
+
+# ---------------------------------------------------------------- jit80
+if want jit80; then
+  say "jit80 (compute_80 PTX only, JIT-compiled by the driver)"
+  mkdir -p "$OUT/jit80"
+  J=${JIT80_PREBUILT:-build/jit80}
+  if [ -z "${JIT80_PREBUILT:-}" ]; then
+    pids=()
+    jit80_build  # up to date when the build stage built them
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    cat "$OUT"/jit80/build_*.log | grep -E "^built|error" | sed 's/^/jit80 /' | tee -a "$SUMMARY"
+  fi
+  # The PTX-only binaries hold no SASS: cuobjdump lists what they carry.
+  for n in $JIT80_TESTS gpu_codec_bench; do
+    printf '%s: %s\n' "$n" "$(cuobjdump --list-ptx --list-elf "$J/$n" 2>&1 | tr '\n' ' ')" >> "$OUT/jit80/contents.txt"
+  done
+  export CUDA_FORCE_PTX_JIT=1 CUDA_CACHE_PATH=/tmp/kvtile-jit-cache CUDA_CACHE_MAXSIZE=4294967296
+  jpids=()
+  for n in $JIT80_TESTS; do
+    (t=$SECONDS; run_logged "$OUT/jit80/$n.log" "$J/$n"; r=$?; echo "wall $((SECONDS - t)) s (JIT included)" >> "$OUT/jit80/$n.log"; exit $r) & jpids+=($!)
+  done
+  # The benchmark's JIT runs meanwhile (one untimed iteration fills the JIT cache).
+  sel "$J/gpu_codec_bench" && { "$J/gpu_codec_bench" --out /tmp/kvtile-jit-warm --iters 1 > "$OUT/jit80/bench_warm.log" 2>&1 & jpids+=($!); }
+  for p in "${jpids[@]}"; do wait "$p" || rc=1; done
+  for n in $JIT80_TESTS; do
+    say "jit80 $n: $(grep -E 'passed|failed|mismatch|PASS|FAIL' "$OUT/jit80/$n.log" | tail -n 1) ($(tail -n 2 "$OUT/jit80/$n.log" | tr '\n' ' '))"
+  done
+  if (( SECONDS - T0 < DEADLINE )) && sel "$J/gpu_codec_bench"; then
+    "$J/gpu_codec_bench" --out "$OUT/jit80" --stem gpu_codec_jit80 --iters ${BENCH_ITERS:-15} \
+      --command "scripts/gpu_session.sh (jit80: compute_80 PTX, CUDA_FORCE_PTX_JIT=1)" > "$OUT/jit80/gpu_codec.log" 2>&1 || rc=1
+    grep -E "^(prefill|decode|copy)|append .* 64 " "$OUT/jit80/gpu_codec.log" | head -20 | sed 's/^/jit80 /' | tee -a "$SUMMARY"
+  else
+    say "SKIP jit80 benchmark (deadline)"
+  fi
+  unset CUDA_FORCE_PTX_JIT
 fi
 
 say "done rc=$rc"

@@ -131,6 +131,11 @@ int main() {
   paged_cache_view pv;
   bad += validate_structure(pv, 0, 128, 128) == status::success;
   bad += validate_tables(pv, nullptr, nullptr) == status::success;
+  sequence_pack_layout sl;
+  bad += sequence_pack_layout_of(pv, 0, 0, sl) == status::success;
+  std::vector<std::uint8_t> packed(64);
+  bad += pack_sequence(pv, 0, 0, nullptr, packed.data(), packed.size()) == status::success;
+  bad += unpack_sequence(packed.data(), packed.size(), pv, 0, nullptr) == status::success;
   bad += half_t(1.5f).to_float() != 1.5f;
   bad += bfloat16_t(1.5f).to_float() != 1.5f;
   bad += float_e4m3_t(1.5f).to_float() != 1.5f;

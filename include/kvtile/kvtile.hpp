@@ -20,3 +20,4 @@
 #include "presets.hpp"
 #include "dispatch.hpp"
 #include "paged/paged_cache.hpp"
+#include "paged/sequence_pack.hpp"

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Packaging proof: kvtile used three ways, each building and running quickstart.
-#   1. cmake --install into a temporary prefix, then find_package(kvtile CONFIG)
+#   0. cmake --install of a default configuration (tests and tools ON) that
+#      was configured but never built: installs the headers and the package
+#      files (the tool is optional in the install rules), nothing else needed
+#   1. header-only install: a configuration with tests, examples, benches and
+#      tools off, cmake --install into a temporary prefix, then
+#      find_package(kvtile CONFIG)
 #   2. add_subdirectory() of the source tree
 #   3. a plain compiler call with only -std=c++17 -I include
 # Usage: tests/consumer/run.sh            (KVTILE_QUICKSTART=file overrides the source)
@@ -32,7 +37,13 @@ echo "consumer: quickstart = $quickstart"
 
 step() { echo; echo "=== consumer: $* ==="; }
 
-step "install into a temporary prefix"
+step "install of a default configuration before any build"
+cmake -S "$root" -B "$work/kvtile-default" "${gen[@]}" -DKVTILE_ENABLE_CUDA=OFF -DKVTILE_REQUIRE_DEPS=OFF >/dev/null
+cmake --install "$work/kvtile-default" --prefix "$work/prefix-default" >/dev/null
+[[ -f $work/prefix-default/include/kvtile/kvtile.hpp && -f $work/prefix-default/share/cmake/kvtile/kvtileConfig.cmake ]] ||
+  { echo "consumer: the default configuration's install lacks the headers or the package files" >&2; exit 1; }
+
+step "header-only install into a temporary prefix (tests and tools off)"
 cmake -S "$root" -B "$work/kvtile-build" "${gen[@]}" \
   -DKVTILE_BUILD_TESTS=OFF -DKVTILE_BUILD_EXAMPLES=OFF -DKVTILE_BUILD_BENCH=OFF \
   -DKVTILE_BUILD_TOOLS=OFF -DKVTILE_ENABLE_CUDA=OFF >/dev/null

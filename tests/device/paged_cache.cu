@@ -14,7 +14,8 @@
 // used page is decoded on the device (rotated and original frames) and
 // compared bit for bit with the host decode (also with page ids out of range,
 // which must be skipped). Half of the append steps replay one captured CUDA
-// graph. Rotations covered: hadamard, randomized_hadamard, identity (kivi);
+// graph, and so do chunked prefills and page dequantization (new page ids
+// per replay). Rotations covered: hadamard, randomized_hadamard, identity (kivi);
 // one config has tokens up to the fp16 limit (saturated rotations, decoded
 // values clamped to +-65504).
 // Exit 0 pass, 1 fail, 77 no device. --quick: small sizes (compute-sanitizer).
@@ -273,6 +274,51 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
     n[s] = std::max(0, std::min(room, static_cast<int>(rng() % (G + 30))));
   }
   prefill(n, "chunked prefill");
+  // Phase D: chunked prefill as replays of one captured CUDA graph: the graph
+  // holds launch_prefill over fixed buffers (tokens, cu_seqlens, the lengths
+  // in the view) with a fixed bound on the chunk; before each replay the
+  // stream copies the next chunk's tokens, cu_seqlens and lengths into them.
+  {
+    const int bound = G / 2 + 3;
+    const int replays_d = g_quick ? 2 : 3;
+    kvtest::dbuf<T> gk(static_cast<std::size_t>(S) * bound * H * D + 1), gv(gk.n);
+    kvtest::dbuf<std::int32_t> gcu(S + 1);
+    cudaStream_t stream;
+    KVT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    KVT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const kvtile::status st = kvtile::device::launch_prefill<Codec, T>(dc.view, gk.p, gv.p, gcu.p, bound, dc.flags.p, stream);
+    const cudaError_t ce = cudaStreamEndCapture(stream, &graph);
+    expect(st == kvtile::status::success && ce == cudaSuccess, "launch_prefill is capturable in a CUDA graph", cfg);
+    if (st == kvtile::status::success && ce == cudaSuccess) {
+      KVT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int r = 0; r < replays_d; ++r) {
+        std::vector<std::int32_t> cu(S + 1, 0);
+        for (int q = 0; q < S; ++q) {
+          const int room = maxp * G - m.lens[q];
+          cu[q + 1] = cu[q] + std::max(0, std::min(room, static_cast<int>(rng() % (bound + 1))));
+        }
+        std::vector<T> k(static_cast<std::size_t>(cu[S]) * H * D + 1), v(k.size());
+        gen_tokens(rng, k, r == 1);
+        gen_tokens(rng, v, false);
+        for (int q = 0; q < S; ++q)
+          for (int i = cu[q]; i < cu[q + 1]; ++i)
+            m.append(q, &k[static_cast<std::size_t>(i) * H * D], &v[static_cast<std::size_t>(i) * H * D]);
+        KVT_CUDA(cudaMemcpyAsync(gk.p, k.data(), k.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+        KVT_CUDA(cudaMemcpyAsync(gv.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+        KVT_CUDA(cudaMemcpyAsync(gcu.p, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice, stream));
+        KVT_CUDA(cudaMemcpyAsync(dc.lens.p, m.lens.data(), m.lens.size() * 4, cudaMemcpyHostToDevice, stream));
+        KVT_CUDA(cudaGraphLaunch(exec, stream));
+        KVT_CUDA(cudaStreamSynchronize(stream));  // the host vectors are reused
+      }
+      KVT_CUDA(cudaGraphExecDestroy(exec));
+    }
+    if (graph) KVT_CUDA(cudaGraphDestroy(graph));
+    (void)cudaGetLastError();
+    KVT_CUDA(cudaStreamDestroy(stream));
+    dc.compare(m, "chunked prefill (CUDA graph replays)", cfg);
+  }
   // Decode every page of a complete tile (not the sink tile).
   std::vector<std::int32_t> ids;
   std::vector<int> owner;
@@ -303,10 +349,8 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
         const int i = w / H, h = w % H;
         const unsigned char* r = m.pages.data() + (static_cast<std::size_t>(ids[i]) * H + h) * Codec::record_bytes;
         std::vector<float> fk(G * D), fv(G * D);
-        long b = paged_record_codec<Codec>::decode(r, fk.data(), D, fv.data(), D, kvtile::frame::rotated) ==
-                         kvtile::status::success
-                     ? 0
-                     : 1;
+        if (!kvtile::ok(paged_record_codec<Codec>::decode(r, fk.data(), D, fv.data(), D, kvtile::frame::rotated))) ++bad;
+        long b = 0;
         for (int g = 0; g < G; ++g) {
           if (f == kvtile::frame::original) {
             Codec::rotation::template inverse<D>(&fk[g * D]);
@@ -338,6 +382,54 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
       expect(std::memcmp(hk.data() + 1, gk.data(), E * 2) == 0 && std::memcmp(hv.data() + 1, gv.data(), E * 2) == 0,
              buf, cfg);
     }
+  }
+  // Page dequantization as replays of one captured CUDA graph: the graph
+  // reads a fixed page-id buffer; each replay gets other ids (reversed, then
+  // as listed) and must equal a direct launch with the same ids, in both
+  // frames and through the generic (misaligned-output) kernel.
+  if (cnt > 0) {
+    kvtest::dbuf<std::int32_t> gids(cnt);
+    const std::size_t E = static_cast<std::size_t>(cnt) * H * G * D;
+    kvtest::dbuf<half_t> gk(E + 1), gv(E + 1), rk(E + 1), rv(E + 1);
+    std::vector<std::int32_t> rev(ids.rbegin(), ids.rend());
+    cudaStream_t stream;
+    KVT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (int variant = 0; variant < 3; ++variant) {
+      const kvtile::frame f = variant == 1 ? kvtile::frame::rotated : kvtile::frame::original;
+      const int shift = variant == 2 ? 1 : 0;  // 2 bytes off: the generic kernel
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      KVT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      const kvtile::status st =
+          kvtile::device::launch_dequantize_pages<Codec>(dc.view, gids.p, cnt, gk.p + shift, gv.p + shift, f, stream);
+      const cudaError_t ce = cudaStreamEndCapture(stream, &graph);
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "launch_dequantize_pages (variant %d) is capturable in a CUDA graph", variant);
+      expect(st == kvtile::status::success && ce == cudaSuccess, buf, cfg);
+      if (st == kvtile::status::success && ce == cudaSuccess) {
+        KVT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        bool same = true;
+        for (const std::vector<std::int32_t>* list : {&rev, &ids}) {
+          KVT_CUDA(cudaMemcpyAsync(gids.p, list->data(), cnt * 4, cudaMemcpyHostToDevice, stream));
+          KVT_CUDA(cudaGraphLaunch(exec, stream));
+          KVT_CUDA(cudaStreamSynchronize(stream));
+          kvtest::dbuf<std::int32_t> dids(cnt);
+          dids.up(*list);
+          const kvtile::status sd =
+              kvtile::device::launch_dequantize_pages<Codec>(dc.view, dids.p, cnt, rk.p + shift, rv.p + shift, f, stream);
+          KVT_CUDA(cudaStreamSynchronize(stream));
+          const std::vector<half_t> a = gk.down(), b = rk.down(), c = gv.down(), d = rv.down();
+          same &= sd == kvtile::status::success && std::memcmp(a.data() + shift, b.data() + shift, E * 2) == 0 &&
+                  std::memcmp(c.data() + shift, d.data() + shift, E * 2) == 0;
+        }
+        std::snprintf(buf, sizeof buf, "dequantize graph replays (variant %d, new page ids) equal direct launches", variant);
+        expect(same, buf, cfg);
+        KVT_CUDA(cudaGraphExecDestroy(exec));
+      }
+      if (graph) KVT_CUDA(cudaGraphDestroy(graph));
+      (void)cudaGetLastError();
+    }
+    KVT_CUDA(cudaStreamDestroy(stream));
   }
   // Page ids outside [0, num_pages) are skipped: their outputs stay untouched.
   {

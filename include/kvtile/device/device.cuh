@@ -3,7 +3,9 @@
 //   block/block_tile_codec.cuh  block_tile_codec (encode) and block_tile_decoder
 //   paged/append.cuh            one token per sequence into the paged cache
 //   paged/prefill.cuh           ragged prefill into the paged cache
-//   paged/dequantize_pages.cuh       pages back to fp16
+//   paged/dequantize_pages.cuh  pages back to fp16
+//   paged/sequence_pack.cuh     one sequence packed into / unpacked from a contiguous buffer
+//   detail/launch.cuh           launch setup and launch_result shared by every launcher
 // docs/gpu-codec.md describes them.
 #pragma once
 
@@ -11,4 +13,5 @@
 #include "paged/append.cuh"
 #include "paged/dequantize_pages.cuh"
 #include "paged/prefill.cuh"
+#include "paged/sequence_pack.cuh"
 #include "warp/warp_primitives.cuh"

@@ -1,0 +1,86 @@
+// kvtile/device/paged/sequence_pack.cuh: pack / unpack one sequence of a
+// device-resident paged cache (kvtile/paged/sequence_pack.hpp describes the
+// buffer and what travels).
+//
+// The copies are the host functions' copy plan, each range one
+// cudaMemcpyAsync(cudaMemcpyDefault) on `stream` (consecutive page ids merged
+// into one range), so the buffer may be device memory of this GPU, of a peer
+// GPU (with peer access or staged by the driver) or pinned host memory. The
+// header is written from / read into host memory (a pageable copy: not for
+// use under CUDA-graph capture). Page ids and lengths are host copies: the
+// engine knows them when it migrates a sequence.
+#pragma once
+
+#include "../../config.hpp"
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "../../paged/sequence_pack.hpp"
+#include "../detail/launch.cuh"
+
+KVTILE_NAMESPACE_BEGIN
+namespace device {
+
+namespace detail {
+inline launch_result run_copy_plan(const std::vector<sequence_copy_chunk>& plan, cudaStream_t stream) {
+  for (const auto& c : plan)
+    if (cudaError_t e = cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDefault, stream); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return from_cuda(e);
+    }
+  return {status::success};
+}
+}  // namespace detail
+
+// Packs `length` tokens of sequence seq of the device view v into dst
+// (dst_bytes >= sequence_pack_layout_of(...).total). page_row: host copy of
+// the sequence's page-table row (entries from tile 0). Asynchronous on stream.
+inline launch_result pack_sequence_async(const paged_cache_view& v, std::int32_t seq, std::int32_t length,
+                                         const std::int32_t* page_row, void* dst, std::size_t dst_bytes,
+                                         cudaStream_t stream = nullptr) {
+  sequence_pack_layout L;
+  if (status s = sequence_pack_layout_of(v, seq, length, L); s != status::success) return s;
+  if (!dst || (L.header.n_records > 0 && !page_row)) return status::null_pointer;
+  if (dst_bytes < L.total) return status::insufficient_space;
+  std::vector<sequence_copy_chunk> plan;
+  const std::int32_t* pages = page_row ? page_row + L.header.first_record_tile : nullptr;
+  if (status s = sequence_copy_plan(v, seq, L, pages, dst, true, plan); s != status::success) return s;
+  if (cudaError_t e = cudaMemcpyAsync(dst, &L.header, sizeof L.header, cudaMemcpyDefault, stream); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return detail::from_cuda(e);
+  }
+  return detail::run_copy_plan(plan, stream);
+}
+
+// Reads the header of a packed buffer (device or host memory) into host
+// memory: a synchronous 64-byte copy.
+inline launch_result read_sequence_pack_header(const void* src, sequence_pack_header& out) {
+  if (!src) return status::null_pointer;
+  if (cudaError_t e = cudaMemcpy(&out, src, sizeof out, cudaMemcpyDefault); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return detail::from_cuda(e);
+  }
+  return {status::success};
+}
+
+// Unpacks src (header: its host copy, from read_sequence_pack_header) into
+// sequence seq of the device view v, records into new_pages (host memory,
+// header.n_records ids: new_pages[i] receives tile first_record_tile + i).
+// The caller then writes its page table row and seq_lens[seq] = header.length.
+inline launch_result unpack_sequence_async(const sequence_pack_header& header, const void* src, std::size_t src_bytes,
+                                           const paged_cache_view& v, std::int32_t seq,
+                                           const std::int32_t* new_pages, cudaStream_t stream = nullptr) {
+  if (!src) return status::null_pointer;
+  if (status s = check_sequence_pack_header(header, v, src_bytes); s != status::success) return s;
+  sequence_pack_layout L;
+  if (status s = sequence_pack_layout_of(v, seq, header.length, L); s != status::success) return s;
+  std::vector<sequence_copy_chunk> plan;
+  if (status s = sequence_copy_plan(v, seq, L, new_pages, const_cast<void*>(src), false, plan); s != status::success)
+    return s;
+  return detail::run_copy_plan(plan, stream);
+}
+
+}  // namespace device
+KVTILE_NAMESPACE_END
