@@ -4,7 +4,8 @@
 // Properties checked (abort on violation): parse_safetensors_header and
 // read_safetensors_memory never crash, never read outside the input
 // (exact-size copy), never throw; every parsed entry lies inside the data
-// buffer with begin <= end and, for known dtypes, bytes == prod(shape) * size;
+// buffer with begin <= end and, for known dtypes, bytes == prod(shape) * size,
+// and no two non-empty ranges overlap; error messages are plain printable ASCII;
 // on success the tensor holds (end - begin) / element size elements equal to
 // the little-endian input converted exactly. For a quarter of the inputs the
 // streaming file reader must agree (same success, shape and bits).
@@ -19,6 +20,13 @@
 
 using namespace kvtile_fuzz;
 
+// Error messages are safe to print: no control or non-ASCII bytes from the input.
+static bool plain_ascii(const std::string& s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   exact_buffer<unsigned char> buf(size);
   if (size) std::memcpy(buf.p, data, size);
@@ -32,9 +40,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const std::size_t es = kvtile_eval::detail::safetensors_dtype_size(e.dtype_name);
       std::size_t count = 0;
       if (es) FUZZ_CHECK(kvtile_eval::element_count(e.shape, count) && count * es == e.end - e.begin);
+      for (const auto& o : idx.entries)  // no two non-empty ranges overlap
+        if (&o != &e && e.begin < e.end && o.begin < o.end) FUZZ_CHECK(e.end <= o.begin || o.end <= e.begin);
     }
   } else {
-    FUZZ_CHECK(!err.empty());
+    FUZZ_CHECK(!err.empty() && plain_ascii(err));
   }
   // The candidate list and the name come from the input's last byte.
   const std::uint8_t sel = size ? data[size - 1] : 0;
@@ -65,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK(same_value(want, t.data[i]));
     }
   } else {
-    FUZZ_CHECK(!err.empty());
+    FUZZ_CHECK(!err.empty() && plain_ascii(err));
   }
   if ((sel & 3) == 0) {
     static const std::string path = "/tmp/kvtile_fuzz_st_" + std::to_string(::getpid()) + ".safetensors";

@@ -121,6 +121,7 @@ TEST_CASE("eval ranking: Pareto front and best preset per budget") {
     m.spec = {f, 128, kb, vb, kvtile::packing::fp8_scales};
     m.bits = bits;
     m.all.attn.rel_err_mean = e;
+    m.all.attn.samples = 64;  // measured (a method without samples is not ranked)
     r.methods.push_back(m);
   };
   add(family::kvarn, 2, 2, 2.25, 0.50);

@@ -2,8 +2,10 @@
 // parses the command line with CLI11 and calls run_app; tests call it directly).
 #pragma once
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "dataset.hpp"
 #include "device_codec.hpp"
 #include "evaluate.hpp"
+#include "limits.hpp"
 #include "methods.hpp"
 #include "npy.hpp"
 #include "plot.hpp"
@@ -24,6 +27,12 @@
 #include "safetensors.hpp"
 
 namespace kvtile_eval {
+
+// Exit codes (docs/kvtile-eval.md, `--help`).
+inline constexpr int exit_ok = 0;     // the run finished (methods that failed are reported in the table)
+inline constexpr int exit_error = 1;  // unreadable or invalid input, evaluation, output or device error,
+                                      // or a --compare-devices mismatch
+inline constexpr int exit_usage = 2;  // a bad option or value, or a run above the limits (limits.hpp)
 
 struct app_options {
   // inputs (all empty: the embedded generator)
@@ -41,6 +50,7 @@ struct app_options {
   std::vector<double> budgets = default_budgets();
   std::string device = "cpu";
   bool compare_devices = false;  // run host and GPU codecs, report bit-identity (implies --device cuda)
+  double max_memory_gib = default_max_memory_gib;  // refuse runs whose estimated peak memory is above this
   // outputs
   std::string json, csv, plot;
   bool table = true;
@@ -89,7 +99,7 @@ inline void truncate_tokens(tensor& t, std::size_t n) {
 
 class progress_meter {
  public:
-  progress_meter(bool enabled) : enabled_(enabled), start_(std::chrono::steady_clock::now()) {}
+  explicit progress_meter(bool enabled) : enabled_(enabled), start_(std::chrono::steady_clock::now()) {}
   void operator()(std::size_t done, std::size_t total, const std::string& what) {
     if (!enabled_) return;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -100,10 +110,12 @@ class progress_meter {
     std::fflush(stderr);
     shown_ = true;
   }
+  ~progress_meter() { finish(); }  // also when an exception ends the run
   void finish() {
     if (enabled_ && shown_) {
       std::fprintf(stderr, "\r%-80s\r", "");
       std::fflush(stderr);
+      shown_ = false;
     }
   }
 
@@ -122,6 +134,55 @@ inline bool stderr_is_terminal() {
 #endif
 }
 
+namespace detail {
+inline bool in_range(long long v, long long lo, long long hi, const char* what, std::string& err) {
+  if (v >= lo && v <= hi) return true;
+  err = std::string(what) + " " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
+        std::to_string(hi) + "]";
+  return false;
+}
+}  // namespace detail
+
+// Checks every size option against limits.hpp before anything is allocated
+// (false: a usage error, exit code 2).
+inline bool check_options(const app_options& o, std::string& err) {
+  using detail::in_range;
+  if (!in_range(o.threads, 0, max_threads, "--threads", err) ||
+      !in_range(o.queries_per_layer, 0, max_queries_per_layer, "--queries-per-layer", err) ||
+      !in_range(o.context_queries, 0, max_context_queries, "--context-queries", err) ||
+      !in_range(o.max_tokens, 0, 1 << 30, "--max-tokens", err))
+    return false;
+  if (!(o.max_memory_gib > 0 && o.max_memory_gib <= max_memory_gib_limit)) {
+    err = "--max-memory must be in (0, " + std::to_string(static_cast<long long>(max_memory_gib_limit)) + "] GiB";
+    return false;
+  }
+  if (o.keys.empty() && o.values.empty()) {
+    const generator_params& g = o.gen;
+    if (!in_range(g.layers, 1, max_layers, "--gen-layers", err) ||
+        !in_range(g.tokens, 1, max_gen_tokens, "--gen-tokens", err) ||
+        !in_range(g.kv_heads, 1, max_kv_heads, "--gen-kv-heads", err) ||
+        !in_range(g.q_heads, 1, max_q_heads, "--gen-q-heads", err))
+      return false;
+    if (g.q_heads % g.kv_heads != 0) {
+      err = "--gen-q-heads " + std::to_string(g.q_heads) + " is not a multiple of --gen-kv-heads " +
+            std::to_string(g.kv_heads);
+      return false;
+    }
+    if (g.head_dim != 64 && g.head_dim != 128 && g.head_dim != 256) {
+      err = "--gen-head-dim " + std::to_string(g.head_dim) + " is not supported (64, 128 or 256)";
+      return false;
+    }
+  }
+  return true;
+}
+
+// The estimated peak memory of evaluating `o` on a dataset of this shape.
+inline memory_estimate estimate_run_memory(const app_options& o, std::size_t methods, int layers, int tokens,
+                                           int kv_heads, int q_heads, int head_dim, bool file_queries) {
+  return estimate_memory(layers, tokens, kv_heads, q_heads, head_dim, file_queries, o.threads, o.queries_per_layer,
+                         o.context_queries, methods, o.compare_devices);
+}
+
 // Loads the inputs (files or generator) into ds.
 inline bool load_inputs(const app_options& o, dataset& ds, std::string& err) {
   if (o.keys.empty() && o.values.empty()) {
@@ -129,15 +190,7 @@ inline bool load_inputs(const app_options& o, dataset& ds, std::string& err) {
       err = "--queries needs --keys and --values";
       return false;
     }
-    const auto& g = o.gen;
-    if (g.layers < 1 || g.layers > 1024 || g.tokens < 1 || g.tokens > (1 << 24) || g.kv_heads < 1 ||
-        g.kv_heads > 1024 || g.q_heads < 1 || g.q_heads % g.kv_heads != 0 ||
-        (g.head_dim != 64 && g.head_dim != 128 && g.head_dim != 256)) {
-      err = "generator: need layers >= 1, tokens in [1, 2^24], kv heads >= 1, query heads a multiple of the KV heads "
-            "and head_dim 64, 128 or 256";
-      return false;
-    }
-    generate_dataset(g, o.threads > 0 ? o.threads : default_threads(), ds);
+    generate_dataset(o.gen, o.threads > 0 ? o.threads : default_threads(), ds);
     return true;
   }
   if (o.keys.empty() || o.values.empty()) {
@@ -163,29 +216,33 @@ inline bool load_inputs(const app_options& o, dataset& ds, std::string& err) {
   return true;
 }
 
-// The whole program; returns the exit code (0 ok, 1 error, 2 usage).
-inline int run_app(const app_options& o, std::ostream& out, std::ostream& errs, eval_result* result_out = nullptr) {
+namespace detail {
+inline int run_app_unguarded(const app_options& o, std::ostream& out, std::ostream& errs, eval_result* result_out) {
   if (o.device != "cpu" && o.device != "cuda") {
-    errs << "kvtile-eval: unknown --device '" << o.device << "' (cpu or cuda)\n";
-    return 2;
+    errs << "kvtile-eval: unknown --device '" << printable(o.device) << "' (cpu or cuda)\n";
+    return exit_usage;
   }
   eval_options eo;
   std::string err;
+  if (!check_options(o, err)) {
+    errs << "kvtile-eval: " << err << "\n";
+    return exit_usage;
+  }
   eo.use_device = o.device == "cuda" || o.compare_devices;
   eo.compare_devices = o.compare_devices;
   if (eo.use_device && !device_available(err)) {
     errs << "kvtile-eval: " << (o.compare_devices ? "--compare-devices" : "--device cuda") << ": " << err
          << "; use --device cpu\n";
-    return 1;
+    return exit_error;
   }
   if (!select_methods(o.methods, eo.methods, err)) {
     errs << "kvtile-eval: " << err << "\n";
-    return 2;
+    return exit_usage;
   }
   for (double b : o.budgets)
     if (!(b > 0)) {
       errs << "kvtile-eval: budgets must be positive fractions (e.g. 0.05 for 5%)\n";
-      return 2;
+      return exit_usage;
     }
   eo.threads = o.threads;
   eo.queries = o.queries_per_layer;
@@ -195,12 +252,28 @@ inline int run_app(const app_options& o, std::ostream& out, std::ostream& errs, 
   detail::progress_meter meter(show);
   eo.progress = [&](std::size_t d, std::size_t t, const std::string& w) { meter(d, t, w); };
 
+  const bool generated = o.keys.empty() && o.values.empty();
+  if (generated &&
+      !check_memory(estimate_run_memory(o, eo.methods.size(), o.gen.layers, o.gen.tokens, o.gen.kv_heads,
+                                        o.gen.q_heads, o.gen.head_dim, false),
+                    o.max_memory_gib, err)) {
+    errs << "kvtile-eval: " << err << "\n";
+    return exit_usage;
+  }
   dataset ds;
   meter(0, 1, "loading");
   if (!load_inputs(o, ds, err)) {
     meter.finish();
     errs << "kvtile-eval: " << err << "\n";
-    return 1;
+    return exit_error;
+  }
+  if (!generated &&
+      !check_memory(estimate_run_memory(o, eo.methods.size(), ds.layers, ds.tokens, ds.kv_heads, ds.q_heads,
+                                        ds.head_dim, ds.qsrc == query_source::file),
+                    o.max_memory_gib, err)) {
+    meter.finish();
+    errs << "kvtile-eval: " << err << "\n";
+    return exit_usage;
   }
   if (ds.qsrc == query_source::keys_proxy && !o.quiet)
     errs << "kvtile-eval: note: no --queries given; the keys serve as queries (a proxy: real queries attend "
@@ -212,7 +285,7 @@ inline int run_app(const app_options& o, std::ostream& out, std::ostream& errs, 
   if (!evaluate(ds, eo, r, err)) {
     meter.finish();
     errs << "kvtile-eval: " << err << "\n";
-    return 1;
+    return exit_error;
   }
   meter.finish();
   const ranking k = rank_methods(r, o.budgets);
@@ -240,30 +313,49 @@ inline int run_app(const app_options& o, std::ostream& out, std::ostream& errs, 
     out << "device vs host: " << tiles << " tiles, " << bad << " mismatches (" << methods
         << " methods; per (tile, KV head): record bytes and decoded K/V bits, a failure on one side only: every tile) -> "
         << (bad ? "FAIL" : "PASS") << "\n";
-    if (bad) rc = 1;
+    if (bad) rc = exit_error;
   }
   for (const auto& m : r.methods)
     if (!m.ok && !o.quiet) errs << "kvtile-eval: warning: " << m.spec.name() << " failed: " << m.error << "\n";
   if (!o.json.empty() && !write_json(r, k, o.json, err)) {
     errs << "kvtile-eval: " << err << "\n";
-    rc = 1;
+    rc = exit_error;
   }
   if (!o.csv.empty() && !write_csv(r, k, o.csv, err)) {
     errs << "kvtile-eval: " << err << "\n";
-    rc = 1;
+    rc = exit_error;
   }
-  if (!o.plot.empty()) {
+  if (!o.plot.empty() && r.queries_per_layer == 0) {
+    if (!o.quiet) errs << "kvtile-eval: warning: no queries sampled (--queries-per-layer 0); plot " << o.plot
+                       << " skipped\n";
+  } else if (!o.plot.empty()) {
     std::string msg;
     const plot_status ps = write_plot(r, k, o.plot, msg);
     if (ps == plot_status::no_gnuplot) {
       errs << "kvtile-eval: warning: " << msg << "\n";
     } else if (ps == plot_status::failed) {
       errs << "kvtile-eval: " << msg << "\n";
-      rc = 1;
+      rc = exit_error;
     }
   }
   if (result_out) *result_out = std::move(r);
   return rc;
+}
+}  // namespace detail
+
+// The whole program; returns the exit code (exit_ok, exit_error or
+// exit_usage). A worker thread that cannot be started or memory that runs
+// out ends the run with a one-line error and exit_error.
+inline int run_app(const app_options& o, std::ostream& out, std::ostream& errs, eval_result* result_out = nullptr) {
+  try {
+    return detail::run_app_unguarded(o, out, errs, result_out);
+  } catch (const thread_start_error& e) {
+    errs << "kvtile-eval: " << e.what() << "\n";
+  } catch (const std::bad_alloc&) {
+    errs << "kvtile-eval: out of memory (lower --max-memory to be stopped before starting, or use fewer tokens, "
+            "layers or queries)\n";
+  }
+  return exit_error;
 }
 
 }  // namespace kvtile_eval

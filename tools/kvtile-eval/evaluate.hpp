@@ -31,6 +31,7 @@
 #include "dataset.hpp"
 #include "device_codec.hpp"
 #include "layer_codec.hpp"
+#include "limits.hpp"
 #include "methods.hpp"
 #include "metrics.hpp"
 #include "results.hpp"
@@ -135,8 +136,14 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
     err = "empty or inconsistent dataset";
     return false;
   }
-  if (opt.queries < 0 || opt.context_queries < 0) {
-    err = "query counts must be >= 0";
+  if (opt.queries < 0 || opt.queries > max_queries_per_layer || opt.context_queries < 0 ||
+      opt.context_queries > max_context_queries) {
+    err = "query counts must be in [0, " + std::to_string(max_queries_per_layer) + "] per layer and [0, " +
+          std::to_string(max_context_queries) + "] per context checkpoint";
+    return false;
+  }
+  if (opt.threads < 0 || opt.threads > max_threads) {
+    err = "threads must be in [0, " + std::to_string(max_threads) + "]";
     return false;
   }
   const int threads = opt.threads > 0 ? opt.threads : default_threads();

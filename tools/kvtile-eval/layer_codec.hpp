@@ -78,7 +78,7 @@ bool quantize_layer(const dataset& ds, int l, sinkhorn_memo* memo, int threads, 
     const float* k = ds.key(l, tile * G, h);  // engine layout: token stride kv_heads * D
     const float* v = ds.value(l, tile * G, h);
     const std::size_t dst = b.at(h, tile * G, T, D);
-    if (memo) memo_slot = &memo->keys[item];
+    memo_slot = memo ? &memo->keys[item] : nullptr;
     kvtile::status s = Codec::encode_keys(k, stride, rec[w].data(), ws[w].get());
     if (kvtile::ok(s)) {
       memo_slot = memo ? &memo->values[item] : nullptr;

@@ -9,7 +9,8 @@
 #include "app.hpp"
 
 int main(int argc, char** argv) {
-  kvtile_eval::app_options o;
+  using namespace kvtile_eval;
+  app_options o;
   CLI::App app{
       "kvtile-eval: measure kvtile's presets and baselines on K/V dumps (.npy float16/float32, .safetensors "
       "F16/BF16/F32; shape [tokens][kv_heads][head_dim] or [layers][tokens][kv_heads][head_dim]). With no files, "
@@ -25,14 +26,18 @@ int main(int argc, char** argv) {
   in->add_option("--values-tensor", o.values_tensor, "tensor name in a .safetensors values file");
   in->add_option("--queries-tensor", o.queries_tensor, "tensor name in a .safetensors queries file");
   in->add_option("--max-tokens", o.max_tokens, "use only the first N tokens of the dump (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));
 
   auto* gen = app.add_option_group("Generator (when no files are given)");
-  gen->add_option("--gen-tokens", o.gen.tokens, "tokens")->capture_default_str();
-  gen->add_option("--gen-layers", o.gen.layers, "layers")->capture_default_str();
-  gen->add_option("--gen-kv-heads", o.gen.kv_heads, "KV heads")->capture_default_str();
-  gen->add_option("--gen-q-heads", o.gen.q_heads, "query heads (a multiple of the KV heads)")->capture_default_str();
-  gen->add_option("--gen-head-dim", o.gen.head_dim, "head_dim (64, 128, 256)")->capture_default_str();
+  gen->add_option("--gen-tokens", o.gen.tokens, "tokens")->capture_default_str()->check(CLI::Range(1, max_gen_tokens));
+  gen->add_option("--gen-layers", o.gen.layers, "layers")->capture_default_str()->check(CLI::Range(1, max_layers));
+  gen->add_option("--gen-kv-heads", o.gen.kv_heads, "KV heads")->capture_default_str()->check(CLI::Range(1, max_kv_heads));
+  gen->add_option("--gen-q-heads", o.gen.q_heads, "query heads (a multiple of the KV heads)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, max_q_heads));
+  gen->add_option("--gen-head-dim", o.gen.head_dim, "head_dim (64, 128, 256)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({64, 128, 256}));
   gen->add_option("--seed", o.gen.seed, "generator seed")->capture_default_str();
 
   auto* ev = app.add_option_group("Evaluation");
@@ -40,13 +45,20 @@ int main(int argc, char** argv) {
                  "comma-separated: all, presets, baselines, kvarn, kivi, rotate_rtn, token_rtn, a shape (k4v2_g128, "
                  "k4v2), fp8, fp16, a full name; '+' intersects (kivi+k2v2)")
       ->capture_default_str();
-  ev->add_option("-j,--threads", o.threads, "worker threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  ev->add_option("--queries-per-layer", o.queries_per_layer, "sampled (position, KV head) pairs per layer; all query heads of the KV group attend")
+  ev->add_option("-j,--threads", o.threads, "worker threads (0: all cores)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, max_threads));
+  ev->add_option("--queries-per-layer", o.queries_per_layer,
+                 "sampled (position, KV head) pairs per layer; all query heads of the KV group attend (0: no "
+                 "attention metrics)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, max_queries_per_layer));
   ev->add_option("--context-queries", o.context_queries, "sampled (position, KV head) pairs per context checkpoint and layer")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, max_context_queries));
+  ev->add_option("--max-memory", o.max_memory_gib,
+                 "refuse a run whose estimated peak memory is above this many GiB (checked before allocating)")
+      ->capture_default_str();
   ev->add_option("--sample-seed", o.sample_seed, "seed of the query sampling")->capture_default_str();
   ev->add_option("--budgets", o.budgets, "attention-error budgets (fractions) for the 'best' marks")
       ->capture_default_str()
@@ -71,10 +83,18 @@ int main(int argc, char** argv) {
   outg->add_flag("--progress", progress, "always show progress on stderr");
   outg->add_flag("--no-progress", no_progress, "never show progress");
 
+  app.footer(
+      "Exit codes: 0 the run finished (methods that failed are listed in the table); 1 an unreadable or invalid "
+      "input, an evaluation, output or device error, or a --compare-devices mismatch; 2 a bad option or value, or a "
+      "run above the limits (docs/kvtile-eval.md, 'Limits').");
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "kvtile-eval: " + std::string(e.what()) + " (see --help)\n";
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints help, the version or the error
+    return rc == 0 ? kvtile_eval::exit_ok : kvtile_eval::exit_usage;
   }
   o.table = !no_table;
   if (no_plot) o.plot.clear();
@@ -83,6 +103,6 @@ int main(int argc, char** argv) {
     return kvtile_eval::run_app(o, std::cout, std::cerr);
   } catch (const std::exception& e) {
     std::cerr << "kvtile-eval: error: " << e.what() << "\n";
-    return 1;
+    return kvtile_eval::exit_error;
   }
 }

@@ -11,6 +11,8 @@
 
 #include <kvtile/kvtile.hpp>
 
+#include "tensor.hpp"
+
 namespace kvtile_eval {
 
 enum class family { kvarn, kivi, rotate_rtn, token_rtn };
@@ -101,7 +103,7 @@ inline bool select_methods(const std::string& spec, std::vector<method_spec>& ou
       if (ok) keep[i] = any = true;
     }
     if (!any) {
-      err = "unknown method selection '" + t + "' (try all, presets, baselines, kvarn, kivi, rotate_rtn, token_rtn, "
+      err = "unknown method selection '" + printable(t) + "' (try all, presets, baselines, kvarn, kivi, rotate_rtn, token_rtn, "
             "k4v2_g128, fp8, fp16 or a name like 'kivi k2v2_g128/fp8')";
       return false;
     }

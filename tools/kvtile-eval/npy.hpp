@@ -113,7 +113,7 @@ class py_literal_parser {
 
 inline bool npy_descr(const std::string& d, npy_header& h, std::string& err) {
   auto describe = [](const std::string& s) -> std::string {
-    if (s.size() < 3) return "'" + s + "'";
+    if (s.size() < 3) return "'" + printable(s) + "'";
     const char k = s[1];
     const std::string w = s.substr(2);
     // Bits from the byte count, without atoi (UB when out of range) or an overflowing * 8.
@@ -126,7 +126,7 @@ inline bool npy_descr(const std::string& d, npy_header& h, std::string& err) {
     else if (k == 'b') name = "bool";
     else if (k == 'V') name = "raw bytes (bfloat16 from ml_dtypes?)";
     else name = "unknown";
-    return name + " ('" + s + "')";
+    return name + " ('" + printable(s) + "')";
   };
   if (d.size() != 3 || (d[0] != '<' && d[0] != '>' && d[0] != '=' && d[0] != '|') || d[1] != 'f' ||
       (d[2] != '2' && d[2] != '4')) {
@@ -135,7 +135,7 @@ inline bool npy_descr(const std::string& d, npy_header& h, std::string& err) {
     return false;
   }
   if (d[0] == '|') {
-    err = "invalid byte order '|' for a multi-byte dtype ('" + d + "')";
+    err = "invalid byte order '|' for a multi-byte dtype ('" + printable(d) + "')";
     return false;
   }
   h.big_endian = d[0] == '>';
@@ -215,7 +215,7 @@ inline bool parse_npy_header(const unsigned char* p, std::size_t n, npy_header& 
       }
       have_shape = true;
     } else {
-      err = "malformed .npy header: unexpected key '" + key + "'";
+      err = "malformed .npy header: unexpected key '" + printable(key) + "'";
       return false;
     }
     if (!ps.eat(',')) {

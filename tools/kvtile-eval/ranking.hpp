@@ -29,11 +29,14 @@ inline ranking rank_methods(const eval_result& r, const std::vector<double>& bud
   const std::size_t n = r.methods.size();
   k.pareto.assign(n, false);
   auto err = [&](std::size_t i) { return r.methods[i].all.attn.rel_err_mean; };
+  // Without sampled queries (attn.samples == 0) there is no attention error:
+  // such methods are neither on the front nor best for any budget.
+  auto ranked = [&](std::size_t i) { return r.methods[i].ok && r.methods[i].all.attn.samples > 0; };
   for (std::size_t i = 0; i < n; ++i) {
-    if (!r.methods[i].ok) continue;
+    if (!ranked(i)) continue;
     bool dominated = false;
     for (std::size_t j = 0; j < n && !dominated; ++j) {
-      if (j == i || !r.methods[j].ok) continue;
+      if (j == i || !ranked(j)) continue;
       const double bi = r.methods[i].bits, bj = r.methods[j].bits;
       dominated = bj <= bi && err(j) <= err(i) && (bj < bi || err(j) < err(i));
     }
@@ -45,7 +48,7 @@ inline ranking rank_methods(const eval_result& r, const std::vector<double>& bud
   for (double b : budgets) {
     int best = -1;
     for (std::size_t i = 0; i < n; ++i) {
-      if (!r.methods[i].ok || r.methods[i].spec.fam != family::kvarn || !(err(i) <= b)) continue;
+      if (!ranked(i) || r.methods[i].spec.fam != family::kvarn || !(err(i) <= b)) continue;
       const double bi = r.methods[i].bits;
       const double bb = best < 0 ? 0.0 : r.methods[best].bits;
       if (best < 0 || bi < bb * 0.995 || (bi <= bb * 1.005 && err(i) < err(best))) best = static_cast<int>(i);

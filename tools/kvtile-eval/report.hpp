@@ -74,19 +74,26 @@ inline void print_table(const eval_result& r, const ranking& k, std::ostream& o)
     std::string best;
     for (std::size_t b = 0; b < k.budgets.size(); ++b)
       if (k.best[b] == static_cast<int>(i)) best += (best.empty() ? "" : " ") + detail::budget_label(k.budgets[b]);
+    const bool attn = s.attn.samples > 0;
     o << pad(name, wn, true) << pad(fmt("%.3f", m.bits), 7) << pad(fmt("%.2fx", m.capacity), 8)
       << pad(fmt("%.2f", s.k.snr_db), 8) << pad(fmt("%.2f", s.v.snr_db), 8) << pad(fmt("%.5f", s.k.cosine), 9)
       << pad(fmt("%.5f", s.v.cosine), 9) << pad(pct(s.k.token_worst5), 11) << pad(pct(s.v.token_worst5), 11)
-      << pad(pct(s.attn.rel_err_mean), 10) << pad(pct(s.attn.rel_err_p95), 10) << pad(fmt("%.2e", s.attn.kl_mean), 10)
-      << pad(fmt("%.2e", s.attn.kl_worst5), 10) << "  " << best << "\n";
+      << pad(attn ? pct(s.attn.rel_err_mean) : "-", 10) << pad(attn ? pct(s.attn.rel_err_p95) : "-", 10)
+      << pad(attn ? fmt("%.2e", s.attn.kl_mean) : "-", 10) << pad(attn ? fmt("%.2e", s.attn.kl_worst5) : "-", 10)
+      << "  " << best << "\n";
   }
   o << "\n  * = on the Pareto front (bits vs attn err). SNR in dB; 'tok w5%' = mean relative error of the worst 5%\n"
        "  of tokens; 'attn err' = mean relative error of the attention output; KL = KL(p || p^) of the softmax.\n";
-  o << "  best preset (fewest bits within an attn err budget):";
-  for (std::size_t b = 0; b < k.budgets.size(); ++b)
-    o << "  " << detail::budget_label(k.budgets[b]) << ": "
-      << (k.best[b] >= 0 ? r.methods[k.best[b]].spec.name() : std::string("none"));
-  o << "\n\n";
+  if (r.queries_per_layer == 0) {
+    o << "  no queries sampled (--queries-per-layer 0): attn err, KL, the Pareto front and the best marks are not "
+         "computed\n\n";
+  } else {
+    o << "  best preset (fewest bits within an attn err budget):";
+    for (std::size_t b = 0; b < k.budgets.size(); ++b)
+      o << "  " << detail::budget_label(k.budgets[b]) << ": "
+        << (k.best[b] >= 0 ? r.methods[k.best[b]].spec.name() : std::string("none"));
+    o << "\n\n";
+  }
   // context growth
   o << "attention error by context length (queries near each position; attn err / KL):\n";
   o << pad("method", wn, true);
@@ -107,7 +114,8 @@ inline void print_table(const eval_result& r, const ranking& k, std::ostream& o)
     for (const auto& m : r.methods) {
       if (!m.ok) continue;
       o << pad("  " + m.spec.name(), wn, true);
-      for (const auto& s : m.layers) o << pad(pct(s.attn.rel_err_mean) + " | " + fmt("%.2f", s.k.snr_db), 18);
+      for (const auto& s : m.layers)
+        o << pad((s.attn.samples ? pct(s.attn.rel_err_mean) : std::string("-")) + " | " + fmt("%.2f", s.k.snr_db), 18);
       o << "\n";
     }
   }
@@ -123,6 +131,9 @@ inline nlohmann::json to_json(const side_metrics& s) {
           {"token_rel_err_p95", num(s.token_p95)}, {"token_rel_err_worst5_mean", num(s.token_worst5)}};
 }
 inline nlohmann::json to_json(const attention_metrics& a) {
+  if (a.samples == 0)  // no queries: no attention metric
+    return {{"samples", 0},         {"rel_err_mean", nullptr}, {"rel_err_p95", nullptr}, {"rel_err_worst5_mean", nullptr},
+            {"kl_mean", nullptr}, {"kl_worst5_mean", nullptr}, {"kl_worst5_share", nullptr}};
   return {{"samples", a.samples},
           {"rel_err_mean", num(a.rel_err_mean)},
           {"rel_err_p95", num(a.rel_err_p95)},
@@ -249,9 +260,12 @@ inline bool write_csv(const eval_result& r, const ranking& k, const std::string&
       for (const side_metrics* sd : {&s->k, &s->v})
         f << "," << g(sd->rel_mse) << "," << g(sd->snr_db) << "," << g(sd->cosine) << "," << g(sd->token_p95) << ","
           << g(sd->token_worst5);
-      f << "," << s->attn.samples << "," << g(s->attn.rel_err_mean) << "," << g(s->attn.rel_err_p95) << ","
-        << g(s->attn.rel_err_worst5) << "," << g(s->attn.kl_mean) << "," << g(s->attn.kl_worst5) << ","
-        << g(s->attn.kl_worst5_share);
+      if (s->attn.samples)
+        f << "," << s->attn.samples << "," << g(s->attn.rel_err_mean) << "," << g(s->attn.rel_err_p95) << ","
+          << g(s->attn.rel_err_worst5) << "," << g(s->attn.kl_mean) << "," << g(s->attn.kl_worst5) << ","
+          << g(s->attn.kl_worst5_share);
+      else  // no queries: the attention columns stay empty
+        f << ",0,,,,,,";
       for (std::size_t c = 0; c < r.context_positions.size(); ++c) {
         if (c < s->context.size() && s->context[c].samples)
           f << "," << g(s->context[c].rel_err_mean) << "," << g(s->context[c].kl_mean);

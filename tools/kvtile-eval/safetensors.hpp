@@ -5,11 +5,14 @@
 //  "__metadata__": {...}}, then the byte buffer (offsets relative to its start).
 // The JSON is parsed with nlohmann::json without exceptions (and any that
 // escape are caught); every entry is validated (types, shape product vs
-// offsets, offsets inside the file) before any data is read.
+// offsets, offsets in order and inside the file, no two tensors overlapping)
+// before any data is read; names and dtypes in messages go through printable().
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <new>
 #include <string>
@@ -54,6 +57,29 @@ inline std::size_t safetensors_dtype_size(const std::string& s) {
 }
 }  // namespace detail
 
+namespace detail {
+// The format forbids tensors whose byte ranges overlap (empty ranges overlap nothing).
+inline bool safetensors_check_overlap(const safetensors_index& idx, std::string& err) {
+  std::vector<const safetensors_entry*> by_begin;
+  for (const auto& e : idx.entries)
+    if (e.begin < e.end) by_begin.push_back(&e);
+  std::sort(by_begin.begin(), by_begin.end(), [](const safetensors_entry* a, const safetensors_entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  for (std::size_t i = 1; i < by_begin.size(); ++i) {
+    const safetensors_entry& a = *by_begin[i - 1];
+    const safetensors_entry& b = *by_begin[i];
+    if (b.begin < a.end) {
+      err = "malformed .safetensors header: tensors '" + printable(a.name) + "' [" + std::to_string(a.begin) + ", " +
+            std::to_string(a.end) + ") and '" + printable(b.name) + "' [" + std::to_string(b.begin) + ", " +
+            std::to_string(b.end) + ") overlap (the format forbids it)";
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace detail
+
 // Parses the header. `p` holds at least the first min(file_size, 8 + N) bytes;
 // `file_size` is the whole file's size (for the offset checks).
 inline bool parse_safetensors_header(const unsigned char* p, std::size_t n, std::size_t file_size,
@@ -85,7 +111,7 @@ inline bool parse_safetensors_header(const unsigned char* p, std::size_t n, std:
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (it.key() == "__metadata__") continue;
       const auto& v = it.value();
-      const std::string where = "malformed .safetensors header: tensor '" + it.key() + "': ";
+      const std::string where = "malformed .safetensors header: tensor '" + printable(it.key()) + "': ";
       if (!v.is_object()) {
         err = where + "not an object";
         return false;
@@ -117,7 +143,12 @@ inline bool parse_safetensors_header(const unsigned char* p, std::size_t n, std:
         return false;
       }
       const std::uint64_t b = (*of)[0].get<std::uint64_t>(), en = (*of)[1].get<std::uint64_t>();
-      if (b > en || en > idx.buffer_bytes) {
+      if (b > en) {
+        err = where + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
+              "] are reversed (begin after end)";
+        return false;
+      }
+      if (en > idx.buffer_bytes) {
         err = where + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) + "] outside the " +
               std::to_string(idx.buffer_bytes) + "-byte data buffer (truncated file?)";
         return false;
@@ -128,7 +159,7 @@ inline bool parse_safetensors_header(const unsigned char* p, std::size_t n, std:
       std::size_t count = 0, bytes = 0;
       if (es != 0) {
         if (!element_count(e.shape, count) || !checked_mul(count, es, bytes) || bytes != e.end - e.begin) {
-          err = where + "shape " + shape_string(e.shape) + " of " + e.dtype_name + " does not match its " +
+          err = where + "shape " + shape_string(e.shape) + " of " + printable(e.dtype_name) + " does not match its " +
                 std::to_string(e.end - e.begin) + " data bytes";
           return false;
         }
@@ -136,14 +167,14 @@ inline bool parse_safetensors_header(const unsigned char* p, std::size_t n, std:
       idx.entries.push_back(std::move(e));
     }
   } catch (const std::exception& ex) {
-    err = std::string("malformed .safetensors header: ") + ex.what();
+    err = "malformed .safetensors header: " + printable(ex.what(), 200);
     return false;
   }
   if (idx.entries.empty()) {
     err = ".safetensors file holds no tensors";
     return false;
   }
-  return true;
+  return detail::safetensors_check_overlap(idx, err);
 }
 
 // Picks a tensor: `name` if given; else the only tensor; else the first of
@@ -167,10 +198,10 @@ inline bool select_safetensors_entry(const safetensors_index& idx, const std::st
   }
   if (out) return true;
   std::string names;
-  for (std::size_t i = 0; i < idx.entries.size() && i < 20; ++i) names += (i ? ", " : "") + idx.entries[i].name;
+  for (std::size_t i = 0; i < idx.entries.size() && i < 20; ++i) names += (i ? ", " : "") + printable(idx.entries[i].name);
   if (idx.entries.size() > 20) names += ", ...";
   err = (name.empty() ? std::string("several tensors and none with a default name; choose one with the tensor-name option")
-                      : "no tensor named '" + name + "'") +
+                      : "no tensor named '" + printable(name) + "'") +
         " (tensors: " + names + ")";
   return false;
 }
@@ -178,7 +209,8 @@ inline bool select_safetensors_entry(const safetensors_index& idx, const std::st
 namespace detail {
 inline bool safetensors_check_dtype(const safetensors_entry& e, dtype& t, std::string& err) {
   if (!safetensors_dtype(e.dtype_name, t)) {
-    err = "tensor '" + e.name + "': unsupported dtype " + e.dtype_name + "; kvtile-eval reads F16, BF16 and F32";
+    err = "tensor '" + printable(e.name) + "': unsupported dtype " + printable(e.dtype_name) +
+          "; kvtile-eval reads F16, BF16 and F32";
     return false;
   }
   return true;

@@ -45,6 +45,28 @@ inline std::string shape_string(const std::vector<std::size_t>& s) {
   return r + "]";
 }
 
+// `s` made safe for a terminal, for messages about names and strings read
+// from files: bytes outside printable ASCII as \xNN, a backslash as \\, and at
+// most `max_bytes` bytes of `s` (then "...").
+inline std::string printable(const std::string& s, std::size_t max_bytes = 80) {
+  static const char hex[] = "0123456789abcdef";
+  std::string r;
+  for (std::size_t i = 0; i < s.size() && i < max_bytes; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') {
+      r += "\\\\";
+    } else if (c < 0x20 || c > 0x7e) {
+      r += "\\x";
+      r += hex[c >> 4];
+      r += hex[c & 15];
+    } else {
+      r += static_cast<char>(c);
+    }
+  }
+  if (s.size() > max_bytes) r += "...";
+  return r;
+}
+
 // a * b, false on overflow.
 inline bool checked_mul(std::size_t a, std::size_t b, std::size_t& out) {
   if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a) return false;

@@ -5,10 +5,10 @@
 // out one at a time from an atomic counter. The calling thread is worker 0.
 //
 // Failures: when a worker thread cannot be created (std::system_error, e.g.
-// in a memory- or process-capped container) or f throws, no further items
-// are started, every thread that did start is joined, and parallel_for
-// throws: thread_start_error for the former, the first exception f threw for
-// the latter. No joinable std::thread is ever destroyed (that would call
+// in a memory- or process-capped container; or std::bad_alloc) or f throws,
+// no further items are started, every thread that did start is joined, and
+// parallel_for throws: thread_start_error for a std::system_error, else the
+// first exception. No joinable std::thread is ever destroyed (that would call
 // std::terminate).
 #pragma once
 
@@ -76,20 +76,26 @@ void parallel_for(std::size_t n, int threads, F&& f) {
   };
   std::vector<std::thread> pool;
   pool.reserve(static_cast<std::size_t>(threads - 1));
-  std::string start_error;
+  std::string start_error;             // std::system_error: no thread
+  std::exception_ptr start_failure;    // anything else (std::bad_alloc of the thread's state)
   for (int w = 1; w < threads; ++w) {
     try {
       if (detail::thread_start_hook) detail::thread_start_hook(w);
       pool.emplace_back(body, w);
     } catch (const std::system_error& e) {
       start_error = e.what();
+    } catch (...) {
+      start_failure = std::current_exception();
+    }
+    if (!start_error.empty() || start_failure) {
       stop = true;
       break;
     }
   }
-  if (start_error.empty()) body(0);
+  if (start_error.empty() && !start_failure) body(0);
   for (auto& t : pool) t.join();
   if (!start_error.empty()) throw thread_start_error(static_cast<int>(pool.size()), threads - 1, start_error);
+  if (start_failure) std::rethrow_exception(start_failure);
   if (first) std::rethrow_exception(first);
 }
 
