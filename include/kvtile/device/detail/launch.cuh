@@ -28,11 +28,14 @@
 //
 // launch_kernel<K>(grid, block, smem, opts, args...) launches with
 // cudaLaunchKernelEx and returns ITS error: a launch error of the caller's
-// other work (left in the thread's last-error slot by a <<<>>> launch) is
-// neither reported nor cleared. A sticky error (the context is broken, e.g. an
-// earlier illegal address) is reported, because every call reports it. When
-// the launch fails, its error is also cleared from the last-error slot (the
-// status carries it). opts.pdl adds programmatic stream serialization (PDL);
+// other work (left in the thread's last-error slot by a <<<>>> launch) is not
+// reported, because the launcher never asks cudaGetLastError for its own
+// result. (The CUDA runtime itself may reset that slot during these calls:
+// with CUDA 13.0 on an H200 it was found cleared after a kernel's first
+// launch. Check your own launches before calling kvtile.) A sticky error (the
+// context is broken, e.g. an earlier illegal address) is reported, because
+// every call reports it. When the launch fails, its error is also cleared
+// from the last-error slot (the result carries it). opts.pdl adds programmatic stream serialization (PDL);
 // if that launch fails, the failure is returned; there is no silent fallback.
 //
 // launch_result carries the status and the CUDA error behind it
