@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
   bench_prefill<presets::k4v4_g128<D>>("k4v4_g128", false);
   bench_prefill<presets::k2v2_g128<D>>("k2v2_g128", true);
   bench_prefill<presets::k4v2_g128<D, fp16_scales>>("k4v2_g128 fp16_scales", false);
+  bench_prefill<presets::kvarn<D, G, 4, 2, fp8_scales, rtn_cover>>("k4v2_g128 rtn_cover (0.1 rounding)", false);
   bench_prefill<k4v2_s2>("k4v2_g128 sinkhorn<2>", false);
   bench_prefill<k4v2_s0>("k4v2_g128 sinkhorn<0>", false);
   bench_prefill<presets::rotate_rtn<D>>("rotate_rtn (no normalization)", false);

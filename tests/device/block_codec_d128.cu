@@ -27,5 +27,16 @@ int main(int argc, char** argv) {
   kvtest::run_codec<k4v2_g64<128>, kvtile::half_t, 1024>("k4v2_g64<128>", n, 85, t);
   using rh = kvtile::tile_codec<kvtile::tile_config<128, 128, 4, 2>, kvtile::randomized_hadamard<42>, kvtile::sinkhorn<8>, kvtile::rtn<>, kvtile::fp8_scales>;
   kvtest::run_codec<rh, kvtile::half_t>("randomized_hadamard<42> k4v2_g128", n, 86, t);
+  // Rounding policies and clip ratios (rounding/asymmetric_rtn.hpp), Sinkhorn iterations.
+  using cover = kvarn<128, 128, 4, 2, kvtile::fp8_scales, kvtile::rtn_cover>;
+  using nearest = kvarn<128, 128, 2, 2, kvtile::fp8_scales, kvtile::rtn<kvtile::row_rounding::nearest>>;
+  using clipped = kvarn<128, 128, 2, 2, kvtile::fp8_scales, kvtile::rtn<kvtile::row_rounding::min_max_error, 900, 970, 1000, 850, 930, 1000>>;
+  using clipped16 = kvarn<128, 128, 4, 4, kvtile::fp16_scales, kvtile::rtn_clip<930>>;
+  using it2 = kvarn<128, 128, 4, 2, kvtile::fp8_scales, kvtile::rtn<>, 2>;
+  kvtest::run_codec<cover, kvtile::half_t>("k4v2_g128<128> rtn_cover", n, 91, t);
+  kvtest::run_codec<nearest, kvtile::half_t>("k2v2_g128<128> nearest", n, 92, t);
+  kvtest::run_codec<clipped, kvtile::half_t>("k2v2_g128<128> min_max_error clip", n, 93, t);
+  kvtest::run_codec<clipped16, kvtile::half_t>("k4v4_g128<128,fp16> clip 0.93", n, 94, t);
+  kvtest::run_codec<it2, kvtile::half_t>("k4v2_g128<128> sinkhorn<2>", n, 95, t);
   return kvtest::report(t);
 }

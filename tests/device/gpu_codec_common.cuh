@@ -50,10 +50,12 @@ struct dbuf {
 // Tile generators. kind cycles over: 0 gaussian, 1 outlier channels (a few
 // channels 10-100x), 2 zero tile, 3 constant rows (identical tokens, constant
 // tokens), 4 tiny values (fp16 subnormals), 5 large (near fp16 max), 6 heavy
-// tails, 7 gaussian with a few NaN/Inf, 8 (float input only) |x| > 2^48.
-inline constexpr int num_kinds = 9;
+// tails, 7 gaussian with a few NaN/Inf, 8 channel offsets (every token shares
+// a per-channel mean 3-30x its spread, as values with a v_proj bias), 9 (float
+// input only) |x| > 2^48.
+inline constexpr int num_kinds = 10;
 inline const char* kind_name(int k) {
-  static const char* n[] = {"gaussian", "outlier", "zero", "const", "tiny", "large", "heavy", "nonfinite", "oor"};
+  static const char* n[] = {"gaussian", "outlier", "zero", "const", "tiny", "large", "heavy", "nonfinite", "offset", "oor"};
   return n[k];
 }
 
@@ -68,6 +70,7 @@ void gen_tile(std::mt19937_64& rng, int kind, int D, int G, T* out) {
     for (int i = 0; i < 1 + static_cast<int>(rng() % 4); ++i) ch[rng() % D] = 10.0f + 90.0f * ud(rng);
   std::vector<float> tokvec(D);
   for (auto& t : tokvec) t = nd(rng) * base;
+  const float offset_gain = 3.0f + 27.0f * ud(rng);
   for (int g = 0; g < G; ++g)
     for (int d = 0; d < D; ++d) {
       float v = nd(rng) * base * ch[d];
@@ -77,6 +80,7 @@ void gen_tile(std::mt19937_64& rng, int kind, int D, int G, T* out) {
         case 4: v = nd(rng) * 3e-6f; break;
         case 5: v = std::fmax(std::fmin(nd(rng) * 20000.0f, 65000.0f), -65000.0f); break;
         case 6: v = nd(rng) / std::fmax(std::fabs(nd(rng)), 0.05f) * base; break;
+        case 8: v = tokvec[d] * offset_gain + nd(rng) * base; break;
         default: break;
       }
       x[static_cast<std::size_t>(g) * D + d] = v;
@@ -86,7 +90,7 @@ void gen_tile(std::mt19937_64& rng, int kind, int D, int G, T* out) {
     x[rng() % x.size()] = INFINITY;
     x[rng() % x.size()] = -INFINITY;
   }
-  if (kind == 8) x[rng() % x.size()] = 1e15f;
+  if (kind == 9) x[rng() % x.size()] = 1e15f;
   for (std::size_t i = 0; i < x.size(); ++i) {
     if constexpr (std::is_same_v<T, float>)
       out[i] = x[i];

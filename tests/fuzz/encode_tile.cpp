@@ -123,9 +123,15 @@ void check_side(const std::uint8_t* rec, const float* src, std::ptrdiff_t stride
   for (float x : out) FUZZ_CHECK(detail::is_finite(x));
   for (float x : rot) FUZZ_CHECK(detail::is_finite(x));
   // Error bound in the rotated frame: x = X[r][c] (rotated input, non-finite -> 0),
-  // x^ = (code a + z) s; |x / s - (code a + z)| <= a / 2 (grid covers [lo, hi]).
+  // x^ = (code a + z) s. Covering rule: |x / s - (code a + z)| <= a / 2. Centred
+  // policies (min_max_error): at most the error of the centred grid with the
+  // next stored step up, a+ / 2, plus half an fp16 ulp of z (the zero's rounding).
   using Rounder = std::conditional_t<Keys, typename Codec::key_rounder, typename Codec::value_rounder>;
   static_assert(Rounder::clip_permille == 1000, "bound assumes no clipping");
+  static_assert(Rounder::policy != row_rounding::nearest, "bound assumes cover or min_max_error");
+  constexpr bool covering = Rounder::policy == row_rounding::cover;
+  double vs = 1;
+  if constexpr (F::has_vector_scale) vs = view.vector_scale(Keys ? vector_field::key_scale : vector_field::value_scale);
   float vec[D];
   for (int g = 0; g < G; ++g) {
     for (int d = 0; d < D; ++d) {
@@ -139,7 +145,10 @@ void check_side(const std::uint8_t* rec, const float* src, std::ptrdiff_t stride
       const double z = Keys ? view.key_zero(r) : view.value_zero(r);
       const double s = Keys ? view.key_token_scale(c) : view.value_channel_scale(c);
       const double xr = vec[d], xh = rot[static_cast<std::size_t>(g) * D + d];
-      const double tol = 0.5 * a * s * (1 + 1e-6) + 1e-6 * (std::fabs(xr) + (std::fabs(z) + a * Rounder::qmax) * s) + 1e-40;
+      const double up = covering ? a
+                        : a + (F::has_vector_scale ? std::max(a / 8, std::ldexp(vs, -9)) : std::max(a / 1024, 0x1p-24));
+      const double zr = covering ? 0.0 : std::fabs(z) * 0x1p-11 + 0x1p-25;
+      const double tol = (0.5 * up + zr) * s * (1 + 1e-6) + 1e-6 * (std::fabs(xr) + (std::fabs(z) + up * Rounder::qmax) * s) + 1e-40;
       if (!(std::fabs(xr - xh) <= tol)) {
         std::fprintf(stderr, "bound: %s r=%d c=%d x=%.9g x^=%.9g a=%.9g z=%.9g s=%.9g tol=%.9g\n",
                      Keys ? "K" : "V", r, c, xr, xh, a, z, s, tol);

@@ -18,13 +18,16 @@ namespace P = kvtile::presets;
 
 using randomized_k4v2 = kvtile::tile_codec<kvtile::tile_config<128, 128, 4, 2>, kvtile::randomized_hadamard<42>,
                                            kvtile::sinkhorn<8>, kvtile::rtn<>, kvtile::fp8_scales>;
+// Format 0.1's covering rule.
+using cover_k4v2 = P::kvarn<128, 128, 4, 2, kvtile::fp8_scales, kvtile::rtn_cover>;
+using cover_k2v2_fp16 = P::kvarn<128, 128, 2, 2, fp16_scales, kvtile::rtn_cover>;
 }  // namespace
 
 #define KVTILE_ALL_PRESETS                                                                                          \
   P::k4v2_g128<64>, P::k4v2_g128<128>, P::k4v2_g128<256>, P::k4v4_g128<128>, P::k4v2_g64<128>, P::k4v4_g64<64>,    \
       P::k2v2_g128<128>, P::k8v8_g128<128>, P::k4v2_g128<128, fp16_scales>, P::k2v2_g128<256, fp16_scales>,        \
       P::k4v4_g64<128, fp16_scales>, P::k8v8_g128<64, fp16_scales>, P::kivi<128>, P::kivi<64, 64, 4, 4, fp16_scales>, \
-      P::rotate_rtn<128>, P::rotate_rtn<256, 128, 2, 2>, randomized_k4v2
+      P::rotate_rtn<128>, P::rotate_rtn<256, 128, 2, 2>, randomized_k4v2, cover_k4v2, cover_k2v2_fp16
 
 TEST_CASE_TEMPLATE("codec: round-trip error within the analytic bound; orthonormal error norms", Codec,
                    KVTILE_ALL_PRESETS) {

@@ -89,6 +89,10 @@ TEST_CASE("rtn: clip ratio shrinks the range around its centre, values outside s
 
 namespace {
 
+using cover_k4v2 = kvtile::presets::kvarn<128, 128, 4, 2, kvtile::fp8_scales, kvtile::rtn_cover>;
+using cover_k2v2_fp16 = kvtile::presets::kvarn<64, 128, 2, 2, kvtile::fp16_scales, kvtile::rtn_cover>;
+using nearest_k2v2 = kvtile::presets::kvarn<128, 128, 2, 2, kvtile::fp8_scales, kvtile::rtn<kvtile::row_rounding::nearest>>;
+
 // Checks the storage-aware rounding of one encoded record against the input,
 // reading every stored field through record_view. Returns violations.
 template <class Codec>
@@ -102,25 +106,35 @@ long check_record_rtn(const kvtest::tile& k, const kvtest::tile& v, const std::v
   const kvtest::tile vr = kvtest::rotated<typename Codec::rotation, D>(v);
   long viol = 0;
   // One row: y (normalized), stored step a and zero z, codes via getter.
+  double vs = 1;
   auto row = [&](auto rounder, const std::vector<float>& y, float a, float z, auto code_of) {
     using Q = decltype(rounder);
     const float lo0 = *std::min_element(y.begin(), y.end()), hi0 = *std::max_element(y.begin(), y.end());
     float lo, hi;
     Q::clipped_range(lo0, hi0, lo, hi);
-    // Storage-aware: zero rounded down (z <= lo), grid top reaches hi.
-    if (!(z <= lo)) ++viol;
-    if (!(Q::dequantize(Q::qmax, a, z) >= hi)) ++viol;
-    // z is the largest fp16 <= lo: the next fp16 up is above lo.
-    {
-      const kvtile::half_t zh(z);
-      if (zh.to_float() != z) ++viol;  // z is an fp16 value
+    const bool covering = Q::policy == kvtile::row_rounding::cover;
+    const kvtile::half_t zh(z);
+    if (zh.to_float() != z) ++viol;  // z is an fp16 value
+    if (covering) {
+      // Storage-aware: zero rounded down (z <= lo), grid top reaches hi.
+      if (!(z <= lo)) ++viol;
+      if (!(Q::dequantize(Q::qmax, a, z) >= hi)) ++viol;
+      // z is the largest fp16 <= lo: the next fp16 up is above lo.
       std::uint16_t b = zh.bits();
       const std::uint16_t up = (b & 0x8000u) ? (b == 0x8000u ? 0x0001u : static_cast<std::uint16_t>(b - 1))
                                              : static_cast<std::uint16_t>(b + 1);
       if (!(kvtile::half_t::from_bits(up).to_float() > lo) && b != 0x7bffu) ++viol;
+    } else {
+      // Centred grid: z within one fp16 ulp of mid - qmax a / 2 (double).
+      const double zc = (static_cast<double>(lo) + hi) / 2 - Q::qmax * static_cast<double>(a) / 2;
+      const double ulp = std::max(std::ldexp(std::fabs(zc), -10), std::ldexp(1.0, -24));
+      if (!(std::fabs(z - zc) <= ulp)) ++viol;
+      // The step is a stored neighbour of (hi - lo) / qmax.
+      const double want = (static_cast<double>(hi) - lo) / Q::qmax;
+      if (!(a <= kvtest::next_step_bound<Codec>(want, vs) * (1 + 1e-6) &&
+            kvtest::next_step_bound<Codec>(a, vs) >= want * (1 - 1e-6)))
+        ++viol;
     }
-    // Constant row stored exactly with step 0 when its value is an fp16.
-    if (lo0 == hi0 && kvtile::half_t(lo0).to_float() == lo0 && a != 0.0f) ++viol;
     for (std::size_t i = 0; i < y.size(); ++i) {
       const std::uint32_t c = code_of(static_cast<int>(i));
       if (c > Q::qmax) ++viol;
@@ -130,15 +144,19 @@ long check_record_rtn(const kvtest::tile& k, const kvtest::tile& v, const std::v
         if (c != (y[i] < lo ? 0u : Q::qmax)) ++viol;
         continue;
       }
-      if (!(std::fabs(static_cast<double>(yh) - y[i]) <= a / 2.0 + eps_of(y[i], yh))) ++viol;
+      const double half_step = covering ? a / 2.0 : kvtest::next_step_bound<Codec>(a, vs) / 2.0 +
+                                                       std::fabs(z) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
+      if (!(std::fabs(static_cast<double>(yh) - y[i]) <= half_step + eps_of(y[i], yh))) ++viol;
     }
   };
   std::vector<float> y(G);
+  if constexpr (std::is_same_v<typename Codec::packer, kvtile::fp8_scales>) vs = view.vector_scale(kvtile::vector_field::key_scale);
   for (int d = 0; d < D; ++d) {  // key rows: channels over tokens, Y = X / t^
     for (int g = 0; g < G; ++g) y[g] = kr.at(g, d) / view.key_token_scale(g);
     row(KR{}, y, view.key_scale(d), view.key_zero(d), [&](int g) { return view.key_code(d, g); });
   }
   std::vector<float> yv(D);
+  if constexpr (std::is_same_v<typename Codec::packer, kvtile::fp8_scales>) vs = view.vector_scale(kvtile::vector_field::value_scale);
   for (int g = 0; g < G; ++g) {  // value rows: tokens over channels, Y = X / c^
     for (int d = 0; d < D; ++d) yv[d] = vr.at(g, d) / view.value_channel_scale(d);
     row(VR{}, yv, view.value_scale(g), view.value_zero(g), [&](int d) { return view.value_code(g, d); });
@@ -151,7 +169,8 @@ long check_record_rtn(const kvtest::tile& k, const kvtest::tile& v, const std::v
 TEST_CASE_TEMPLATE("rtn: stored rows satisfy the storage-aware bound (via record_view)", Codec,
                    kvtile::presets::k4v2_g128<128>, kvtile::presets::k2v2_g128<64>,
                    kvtile::presets::k8v8_g128<256>, kvtile::presets::k4v4_g64<128, kvtile::fp16_scales>,
-                   kvtile::presets::kivi<128>, kvtile::presets::rotate_rtn<64, 128, 2, 2, kvtile::fp16_scales>) {
+                   kvtile::presets::kivi<128>, kvtile::presets::rotate_rtn<64, 128, 2, 2, kvtile::fp16_scales>,
+                   cover_k4v2, cover_k2v2_fp16, nearest_k2v2) {
   for (std::uint64_t seed : {1u, 2u}) {
     const auto k = seed == 1 ? kvtest::outlier_key_tile(Codec::G, Codec::D, 31) : kvtest::gaussian_tile(Codec::G, Codec::D, 32, 1e-3);
     const auto v = kvtest::gaussian_tile(Codec::G, Codec::D, 33 + seed, seed == 1 ? 1.0 : 300.0);
@@ -161,9 +180,10 @@ TEST_CASE_TEMPLATE("rtn: stored rows satisfy the storage-aware bound (via record
   }
 }
 
-TEST_CASE("rtn: clip ratio in the codec saturates values outside the clipped range") {
-  using C = kvtile::tile_codec<kvtile::tile_config<128, 128, 2, 2>, kvtile::hadamard, kvtile::sinkhorn<8>,
-                               kvtile::rtn<700>, kvtile::fp8_scales>;
+TEST_CASE_TEMPLATE("rtn: clip ratio in the codec saturates values outside the clipped range", C,
+                   kvtile::presets::kvarn<128, 128, 2, 2, kvtile::fp8_scales, kvtile::rtn_clip<700>>,
+                   kvtile::presets::kvarn<128, 128, 2, 2, kvtile::fp8_scales,
+                                          kvtile::rtn_clip<700, kvtile::row_rounding::cover>>) {
   const auto k = kvtest::outlier_key_tile(128, 128, 5);
   const auto v = kvtest::gaussian_tile(128, 128, 6);
   auto rec = kvtest::make_record<C>();

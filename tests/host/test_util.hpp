@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -197,20 +198,30 @@ struct round_trip {
   }
 };
 
-// The analytic bound of method.md section 5 in the rotated frame: every
-// reconstructed element differs from the rotated input by at most
-// a^/2 * colscale (a^ the stored row step, colscale the stored Sinkhorn scale
-// of its column), plus fp32 rounding: the division X / s^, the fma of the
-// reconstruction and the final product each round once (<= 2^-24 relative),
-// and the rounding of (y - z)/a before rint may move a value sitting within a
-// few ulp of a half-step boundary to the far side. We allow
-//   eps = 2^-20 * (|x| + |x^|) + 2^-20 * a^ * colscale,
-// i.e. a few ulp of the magnitudes involved; far below any quantization step.
+// The analytic bound of method.md section 5 in the rotated frame. A row's
+// grid (stored step a^, fp16 zero z^) is chosen by the row rounding policy;
+// for the covering rule every element is within a^/2 of its reconstruction,
+// for min_max_error the row's maximum error is at most that of the centred
+// grid with the next stored step up (the "up" neighbour, a+ <= the stored
+// value after a^): a+/2 plus the fp16 rounding of the zero (half an fp16 ulp
+// of z^). Both sides are scaled by the column (Sinkhorn) scale. Bound:
+//   |x^ - x| <= (a+/2 + ulp16(z^)/2) * colscale + eps,
+//   eps = 2^-20 * (|x| + |x^|) + 2^-20 * a+ * colscale,
+// eps covering fp32 rounding (the division X / s^, the fma of the
+// reconstruction, the final product, and (y - z)/a^ rounding before rint).
 // Returns the number of violations (0 expected) and the largest error / bound.
 struct bound_result {
   long violations = 0;
-  double worst_ratio = 0;  // max |x^ - x| / (a^/2 * colscale + eps)
+  double worst_ratio = 0;  // max |x^ - x| / bound
 };
+
+// The next stored step above a (upper bound): E4M3 x vector scale vs (relative
+// spacing 2^-3, subnormal spacing 2^-9 vs), or fp16 (2^-10, subnormal 2^-24).
+template <class Codec>
+double next_step_bound(double a, double vs) {
+  if (std::is_same_v<typename Codec::packer, kvtile::fp8_scales>) return a + std::max(a / 8, std::ldexp(vs, -9));
+  return a + std::max(a / 1024, std::ldexp(1.0, -24));
+}
 
 template <class Codec>
 bound_result check_rotated_bound(const std::vector<std::uint8_t>& rec, const tile& k_in, const tile& v_in,
@@ -219,10 +230,18 @@ bound_result check_rotated_bound(const std::vector<std::uint8_t>& rec, const til
   using R = typename Codec::rotation;
   const typename Codec::view view(rec.data());
   const tile kr = rotated<R, D>(k_in), vr = rotated<R, D>(v_in);
+  constexpr bool covering = Codec::key_rounder::policy == kvtile::row_rounding::cover;
+  double kvs = 1, vvs = 1;
+  if constexpr (std::is_same_v<typename Codec::packer, kvtile::fp8_scales>) {
+    kvs = view.vector_scale(kvtile::vector_field::key_scale);
+    vvs = view.vector_scale(kvtile::vector_field::value_scale);
+  }
   bound_result res;
-  auto one = [&](double x, double xh, double step, double col) {
-    const double eps = std::ldexp(1.0, -20) * (std::fabs(x) + std::fabs(xh)) + std::ldexp(1.0, -20) * step * col;
-    const double bound = step / 2 * col + eps;
+  auto one = [&](double x, double xh, double step, double zero, double col, double vs) {
+    const double up = covering ? step : next_step_bound<Codec>(step, vs);
+    const double zr = covering ? 0.0 : std::fabs(zero) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
+    const double eps = std::ldexp(1.0, -20) * (std::fabs(x) + std::fabs(xh)) + std::ldexp(1.0, -20) * up * col;
+    const double bound = (up / 2 + zr) * col + eps;
     const double err = std::fabs(xh - x);
     if (!(err <= bound)) ++res.violations;
     if (bound > 0) res.worst_ratio = std::max(res.worst_ratio, err / bound);
@@ -230,8 +249,9 @@ bound_result check_rotated_bound(const std::vector<std::uint8_t>& rec, const til
   };
   for (int g = 0; g < G; ++g)
     for (int d = 0; d < D; ++d) {
-      if (keys) one(kr.at(g, d), k_hat.at(g, d), view.key_scale(d), view.key_token_scale(g));
-      if (values) one(vr.at(g, d), v_hat.at(g, d), view.value_scale(g), view.value_channel_scale(d));
+      if (keys) one(kr.at(g, d), k_hat.at(g, d), view.key_scale(d), view.key_zero(d), view.key_token_scale(g), kvs);
+      if (values)
+        one(vr.at(g, d), v_hat.at(g, d), view.value_scale(g), view.value_zero(g), view.value_channel_scale(d), vvs);
     }
   return res;
 }

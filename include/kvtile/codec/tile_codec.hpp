@@ -10,9 +10,13 @@
 //      sinkhorn.hpp rescales by per-line reciprocals, X * (1/e^Lc) * (1/e^Lr));
 //   3. Sc is rounded to its stored form s^ (nearest, raised where needed so
 //      that every |X / s^| <= 65280 fits the fp16 zero points); Y = X / s^;
-//   4. per row: zero z^ = largest fp16 <= min, step a^ = smallest stored value
-//      >= (max - z^) / qmax, raised until the top of the grid reaches max;
+//   4. per row: the range [lo, hi] of Y, shrunk by the clip ratio, then the
+//      stored step a^ and fp16 zero z^ by the row rounding policy
+//      (rounding/asymmetric_rtn.hpp; default: the E4M3/fp16 neighbour of
+//      (hi - lo) / qmax with the smaller max error, grid centred on [lo, hi]);
 //   5. codes = clamp(round_half_even((Y - z^) / a^), 0, qmax).
+// Each decision is a KVTILE_HOST_DEVICE function (codec/encode_rules.hpp,
+// rounding/asymmetric_rtn.hpp) that the block codec calls too.
 // Every float operation is a detail:: call in a fixed order, so the device
 // codec reproduces records byte for byte.
 //
@@ -36,6 +40,7 @@
 #include "../status.hpp"
 #include "../tile_config.hpp"
 #include "element.hpp"
+#include "encode_rules.hpp"
 #include "record_view.hpp"
 
 KVTILE_NAMESPACE_BEGIN
@@ -43,11 +48,6 @@ KVTILE_NAMESPACE_BEGIN
 // Frame of decoded vectors: `original` undoes the rotation; `rotated` returns
 // vectors in the rotated frame (what attention with a rotated query uses).
 enum class frame { original, rotated };
-
-// Largest input magnitude encode accepts (keeps every intermediate finite).
-inline constexpr float max_input_magnitude = 281474976710656.0f;  // 2^48
-// Upper bound of |Y| = |X / s^|: leaves margin below fp16's 65504 for the zero points.
-inline constexpr float max_normalized_magnitude = 65280.0f;
 
 template <class Config, class Rotation = hadamard, class Normalizer = sinkhorn<8>, class Rounding = rtn<>,
           class Packer = fp8_scales>
@@ -58,8 +58,8 @@ class tile_codec {
   using normalizer = Normalizer;
   using rounding = Rounding;
   using packer = Packer;
-  using key_rounder = typename Rounding::template rounder<Config::key_bits>;
-  using value_rounder = typename Rounding::template rounder<Config::value_bits>;
+  using key_rounder = typename Rounding::template key_rounder<Config::key_bits>;
+  using value_rounder = typename Rounding::template value_rounder<Config::value_bits>;
   using layout = typename Packer::template layout<Config>;
   using format = typename Packer::scale_format;
   using code_type = typename format::code_type;
@@ -73,6 +73,9 @@ class tile_codec {
   static constexpr double bits_per_element = static_cast<double>(record_bytes) * 8.0 / (2.0 * E);
   // Capacity versus an fp16 cache.
   static constexpr double compression_vs_fp16 = static_cast<double>(Config::fp16_bytes) / record_bytes;
+  // Largest reconstructed magnitude validate() accepts: 2^126 / D (2^120 at
+  // D = 64, 2^118 at D = 256). Encode's input bound (2^48) stays far below.
+  static constexpr double max_reconstructed_magnitude = 8.507059173023462e37 / D;  // 2^126 / D
 
   // One side (keys or values) of a record before it is written.
   template <int R, int C>
@@ -93,8 +96,8 @@ class tile_codec {
     float row_scale[D > G ? D : G];
     float col_hat[D > G ? D : G];
     float col_lower[D > G ? D : G];
+    float row_lo[D > G ? D : G];
     float row_hi[D > G ? D : G];
-    float row_need[D > G ? D : G];
     float scratch[(Normalizer::template scratch_floats<D, G>) > 0 ? (Normalizer::template scratch_floats<D, G>) : 1];
     side_stage<D, G> key;
     side_stage<G, D> value;
@@ -215,8 +218,11 @@ class tile_codec {
 
   // A record is valid when every field holds a value encode can write: scale
   // codes non-negative and finite, zero points finite, vector scales powers of
-  // two, and the largest reconstructable magnitude <= 2^120 (so decode, the
-  // inverse rotation included, is finite). Anything else: status::corrupt_record.
+  // two, and the largest reconstructable magnitude (max a * qmax + max |z|) *
+  // max s <= 2^126 / D (max_reconstructed_magnitude): the inverse rotation
+  // sums D such values before its 1 / sqrt(D) scaling, so every partial sum
+  // stays <= 2^126 and decode is finite for every D. Anything else:
+  // status::corrupt_record.
   static status validate_keys(const void* record) {
     if (!record) return status::null_pointer;
     const view v(record);
@@ -276,44 +282,38 @@ class tile_codec {
     for (int c = 0; c < C; ++c) {
       float m = 0.0f;
       for (int r = 0; r < R; ++r) m = detail::fmax(m, X[r * C + c] < 0 ? -X[r * C + c] : X[r * C + c]);
-      const float lower = detail::fmax(detail::div(m, max_normalized_magnitude), 1.17549435e-38f);
+      const float lower = detail::column_scale_lower(m);
       w.col_lower[c] = lower;
       vmax = detail::fmax(vmax, detail::fmax(w.col_want[c], lower));
     }
     const float col_vs = format::vector_scale(vmax);
     for (int c = 0; c < C; ++c) {
-      code_type code = format::nearest(w.col_want[c], col_vs);
-      if (!format::valid_code(code) || !(format::decode(code, col_vs) >= w.col_lower[c]))
-        if (!format::round_up(w.col_lower[c], col_vs, code)) return status::out_of_range;
+      code_type code;
+      if (!detail::column_scale_code<format>(w.col_want[c], w.col_lower[c], col_vs, code)) return status::out_of_range;
       st.col_scale[c] = code;
       w.col_hat[c] = format::decode(code, col_vs);
     }
     st.col_vector_scale = col_vs;
-    // Rows: range, fp16 zero rounded down, required step.
-    float need_max = 0.0f;
+    // Rows: Y = X / s^, clipped range, the step the row asks for.
+    float want_max = 0.0f;
     for (int r = 0; r < R; ++r) {
       float* y = w.y + r * C;
       for (int c = 0; c < C; ++c) y[c] = detail::div(X[r * C + c], w.col_hat[c]);
       float lo, hi;
       detail::min_max(y, C, lo, hi);
       Rounder::clipped_range(lo, hi, lo, hi);
-      const half_t z = half_round_down(lo);
-      st.zero[r] = z.bits();
-      const float zf = z.to_float();
+      w.row_lo[r] = lo;
       w.row_hi[r] = hi;
-      w.row_need[r] = Rounder::required_scale(hi, zf);
-      need_max = detail::fmax(need_max, w.row_need[r]);
+      want_max = detail::fmax(want_max, Rounder::step_wanted(lo, hi));
     }
-    const float row_vs = format::vector_scale(need_max);
+    const float row_vs = format::vector_scale(want_max);
     st.row_vector_scale = row_vs;
+    // Stored step and zero per row, then the codes.
     for (int r = 0; r < R; ++r) {
-      code_type code;
-      if (!format::round_up(w.row_need[r], row_vs, code)) return status::out_of_range;
+      if (!Rounder::template fit<format>(w.row_lo[r], w.row_hi[r], row_vs, st.row_scale[r], st.zero[r]))
+        return status::out_of_range;
+      const float a = format::decode(st.row_scale[r], row_vs);
       const float zf = half_t::to_float_bits(st.zero[r]);
-      while (!Rounder::covers(w.row_hi[r], format::decode(code, row_vs), zf))
-        if (!format::next_up(code)) return status::out_of_range;
-      st.row_scale[r] = code;
-      const float a = format::decode(code, row_vs);
       const float* y = w.y + r * C;
       for (int c = 0; c < C; ++c) st.codes[r * C + c] = static_cast<std::uint8_t>(Rounder::quantize(y[c], a, zf));
     }
@@ -326,8 +326,7 @@ class tile_codec {
   }
 
   static bool bound_ok(double amax, std::uint32_t qmax, double zmax, double smax) {
-    const double bound = (amax * qmax + zmax) * smax;
-    return bound <= 1.329227995784916e36;  // 2^120
+    return (amax * qmax + zmax) * smax <= max_reconstructed_magnitude;
   }
 
   template <class T>
@@ -348,16 +347,10 @@ class tile_codec {
     float vec[D];
     for (int g = 0; g < G; ++g) {
       const T* row = src + static_cast<std::ptrdiff_t>(g) * stride;
-      for (int d = 0; d < D; ++d) {
-        float x = detail::element_to_float(row[d]);
-        if (!detail::is_finite(x)) {
-          x = 0.0f;
-          non_finite = true;
-        } else if (!((x < 0 ? -x : x) <= max_input_magnitude)) {
-          return status::out_of_range;
-        }
-        vec[d] = x;
-      }
+      unsigned flags = detail::input_ok;
+      for (int d = 0; d < D; ++d) vec[d] = detail::sanitize_input(detail::element_to_float(row[d]), flags);
+      if (flags & detail::input_out_of_range) return status::out_of_range;
+      if (flags & detail::input_non_finite) non_finite = true;
       Rotation::template forward<D>(vec);
       for (int d = 0; d < D; ++d) {
         if constexpr (KeysLayout)

@@ -4,7 +4,8 @@
 //   smallest with max(vector) <= 448 * 2^k (k in [-126, 127]). Power-of-two
 //   vector scales make code * 2^k exact, so storage-aware rounding is exact.
 // fp16_vector: plain fp16 values (the KVarN vLLM layout); no vector scale.
-// Both give round_up (the smallest stored value >= v) and nearest rounding.
+// Both give round_up (the smallest stored value >= v), round_down (the largest
+// stored value <= v) and nearest rounding, for v >= 0.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +51,11 @@ struct e4m3_vector {
     }
     return true;
   }
+  // Largest code whose decoded value is <= v (v >= 0; 0 when v is below the smallest).
+  KVTILE_HOST_DEVICE static void round_down(float v, float vs, code_type& c) {
+    c = e4m3_round_down(div(v, vs)).storage & 0x7fu;
+    while (c > 0 && decode(c, vs) > v) --c;
+  }
   KVTILE_HOST_DEVICE static bool next_up(code_type& c) {
     if (c >= float_e4m3_t::max_code) return false;
     ++c;
@@ -71,6 +77,10 @@ struct fp16_vector {
   KVTILE_HOST_DEVICE static bool round_up(float v, float, code_type& c) {
     c = half_round_up(v).storage;
     return c < 0x7c00u;
+  }
+  KVTILE_HOST_DEVICE static void round_down(float v, float, code_type& c) {
+    c = half_round_down(v).storage & 0x7fffu;
+    if (c > 0x7bffu) c = 0x7bffu;
   }
   KVTILE_HOST_DEVICE static bool next_up(code_type& c) {
     if (c >= 0x7bffu) return false;

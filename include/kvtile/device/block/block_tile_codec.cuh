@@ -57,6 +57,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../../codec/encode_rules.hpp"
 #include "../../codec/tile_codec.hpp"
 #include "../../detail/bits.hpp"
 #include "../../detail/fastmath.hpp"
@@ -69,8 +70,14 @@
 KVTILE_NAMESPACE_BEGIN
 namespace device {
 
-// Per-token flags a loader reports.
-enum : unsigned { load_ok = 0u, load_non_finite = 1u, load_out_of_range = 2u, load_saturated = 4u };
+// Per-token flags a loader reports (load_non_finite / load_out_of_range are
+// detail::sanitize_input's flags).
+enum : unsigned {
+  load_ok = detail::input_ok,
+  load_non_finite = detail::input_non_finite,
+  load_out_of_range = detail::input_out_of_range,
+  load_saturated = 4u
+};
 
 // Loader for engine-layout input: token g at src + g * stride, element type T;
 // NaN/Inf -> 0 (flagged), |x| > 2^48 flagged out of range, then Rotation.
@@ -84,16 +91,7 @@ struct global_token_loader {
     const int lane = lane_id();
     unsigned f = load_ok;
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-      float x = detail::element_to_float(row[lane + 32 * j]);
-      if (!detail::is_finite(x)) {
-        x = 0.0f;
-        f |= load_non_finite;
-      } else if (!((x < 0 ? -x : x) <= max_input_magnitude)) {
-        f |= load_out_of_range;
-      }
-      v[j] = x;
-    }
+    for (int j = 0; j < J; ++j) v[j] = detail::sanitize_input(detail::element_to_float(row[lane + 32 * j]), f);
     warp_rotate_forward<Rotation>(v);
     return f;
   }
@@ -124,8 +122,6 @@ class block_tile_codec {
   static_assert(D * G <= 32768, "block_tile_codec keeps the fp32 tile in shared memory: D * G must be <= 32768");
   static_assert(layout::key_codes % 16 == 0 && layout::value_codes % 16 == 0,
                 "code sections must be 16-byte aligned in the record (16-byte stores)");
-  static_assert(std::is_same_v<typename Codec::rounding, rtn<key_rounder::clip_permille>>,
-                "block_tile_codec supports the rtn<> rounding family");
 
   struct side_fields {
     code_type col[L];
@@ -164,7 +160,7 @@ class block_tile_codec {
     alignas(16) std::uint8_t codes[D * G];
     sinkhorn_storage sk;
     float best_col[L];
-    float col_hat[L], col_lower[L], row_hi[L], row_need[L], row_a[L], row_z[L];
+    float col_hat[L], col_lower[L], row_lo[L], row_hi[L], row_need[L], row_a[L], row_z[L];
     side_fields key, value;
     float best;
     int improved;
@@ -441,27 +437,22 @@ class block_tile_codec {
     } else {
       col_lower_smem<Key>();
       if (!col_codes<Key>(st)) return false;
-      row_ranges_smem<Key, Rounder>(st);
+      row_ranges_smem<Key, Rounder>();
       return row_codes<Key, Rounder>(st);
     }
   }
 
-  // Host: col_lower[c] = max(max_r |X[r][c]| / 65280, FLT_MIN).
-  KVTILE_DEVICE static float col_lower_of(float max_abs) {
-    return detail::fmax(detail::div(max_abs, max_normalized_magnitude), 1.17549435e-38f);
-  }
+  // col_lower[c] = detail::column_scale_lower(max_r |X[r][c]|).
+  KVTILE_DEVICE static float col_lower_of(float max_abs) { return detail::column_scale_lower(max_abs); }
 
-  // Host: lo/hi of a row (first-wins min/max) -> clipped range, fp16 zero
-  // rounded down, required step. One thread per row.
+  // lo/hi of a row (first-wins min/max) -> clipped range and the step it asks
+  // for (the host's calls, in its order). One thread per row.
   template <class Rounder>
-  KVTILE_DEVICE void row_stats(side_fields& st, int r, float lo, float hi) {
+  KVTILE_DEVICE void row_stats(int r, float lo, float hi) {
     Rounder::clipped_range(lo, hi, lo, hi);
-    const half_t z = half_round_down(lo);
-    st.zero[r] = z.bits();
-    const float zf = z.to_float();
-    s_.row_z[r] = zf;
+    s_.row_lo[r] = lo;
     s_.row_hi[r] = hi;
-    s_.row_need[r] = Rounder::required_scale(hi, zf);
+    s_.row_need[r] = Rounder::step_wanted(lo, hi);
   }
 
   // Register path of the scale stage (every thread; the tile is in s_.x).
@@ -526,7 +517,7 @@ class block_tile_codec {
     }
     if ((lane & ((32 >> S) - 1)) == 0) {  // one lane per row slot (its lowest)
       const int r = warp_id() + WARPS * rs::row_slot();
-      row_stats<Rounder>(st, r, detail::float_from_order_key(lo_key, zero_sign),
+      row_stats<Rounder>(r, detail::float_from_order_key(lo_key, zero_sign),
                          detail::float_from_order_key(hi_key, zero_sign));
     }
     __syncthreads();
@@ -578,9 +569,8 @@ class block_tile_codec {
     vmax = warp_fmax(vmax);  // every warp computes it (cheap), no broadcast needed
     const float col_vs = format::vector_scale(vmax);
     for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) {
-      code_type code = format::nearest(s_.best_col[c], col_vs);
-      if (!format::valid_code(code) || !(format::decode(code, col_vs) >= s_.col_lower[c]))
-        if (!format::round_up(s_.col_lower[c], col_vs, code)) s_.fail = 1;
+      code_type code;
+      if (!detail::column_scale_code<format>(s_.best_col[c], s_.col_lower[c], col_vs, code)) s_.fail = 1;
       st.col[c] = code;
       s_.col_hat[c] = format::decode(code, col_vs);
     }
@@ -591,7 +581,7 @@ class block_tile_codec {
 
   // Shared-memory path: rows, one warp per row (K rows at once); x := Y.
   template <bool Key, class Rounder>
-  KVTILE_DEVICE void row_ranges_smem(side_fields& st) {
+  KVTILE_DEVICE void row_ranges_smem() {
     constexpr int R = Key ? D : G, C = Key ? G : D;
     const int lane = lane_id();
     constexpr int J = C / 32;
@@ -618,14 +608,16 @@ class block_tile_codec {
         for (int k = 0; k < K; ++k) {
           const int r = warp_id() + WARPS * (i0 + k);
           if (!(even || ((i0 + k) < per_warp && r < R))) continue;
-          row_stats<Rounder>(st, r, lo[k], hi[k]);
+          row_stats<Rounder>(r, lo[k], hi[k]);
         }
       }
     }
     __syncthreads();
   }
 
-  // Row step codes from row_need / row_hi / row_z (both paths); row_a.
+  // Row step codes and zeros from row_need / row_lo / row_hi (both paths):
+  // the side's vector scale, then Rounder::fit per row (one thread per row);
+  // row_a, row_z for the code stage.
   template <bool Key, class Rounder>
   KVTILE_DEVICE bool row_codes(side_fields& st) {
     constexpr int R = Key ? D : G;
@@ -636,11 +628,12 @@ class block_tile_codec {
     const float row_vs = format::vector_scale(need_max);
     for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) {
       code_type code;
-      bool ok = format::round_up(s_.row_need[r], row_vs, code);
-      while (ok && !Rounder::covers(s_.row_hi[r], format::decode(code, row_vs), s_.row_z[r])) ok = format::next_up(code);
-      if (!ok) s_.fail = 1;
+      std::uint16_t zero;
+      if (!Rounder::template fit<format>(s_.row_lo[r], s_.row_hi[r], row_vs, code, zero)) s_.fail = 1;
       st.row[r] = code;
+      st.zero[r] = zero;
       s_.row_a[r] = format::decode(code, row_vs);
+      s_.row_z[r] = half_t::to_float_bits(zero);
     }
     if (threadIdx.x == 0) st.row_vs = row_vs;
     __syncthreads();

@@ -212,7 +212,9 @@ struct page_decoder {
   static constexpr int VUNROLL = rotate ? 1 : VBATCHES;
   static constexpr int KROWS = (C + RPASS - 1) / RPASS;         // key rows per thread and pass (rotate)
 
-  static_assert(std::is_same_v<typename Codec::rounding, rtn<Codec::key_rounder::clip_permille>>,
+  template <class Q>
+  static constexpr bool is_asymmetric_rtn = std::is_same_v<Q, asymmetric_rtn<Q::bits, Q::clip_permille, Q::policy>>;
+  static_assert(is_asymmetric_rtn<typename Codec::key_rounder> && is_asymmetric_rtn<typename Codec::value_rounder>,
                 "the decoder implements asymmetric_rtn::dequantize: fma(float(code), scale, zero)");
   static_assert((BLOCK_THREADS & (BLOCK_THREADS - 1)) == 0 && BLOCK_THREADS >= 64 && BLOCK_THREADS <= 1024,
                 "BLOCK_THREADS must be a power of two in [64, 1024]");
