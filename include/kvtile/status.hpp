@@ -22,6 +22,7 @@ enum class [[nodiscard]] status : int {
   insufficient_space,     // an output buffer is too small
   cuda_error,             // a CUDA runtime call failed (device APIs)
   no_device,              // no CUDA device present (device APIs)
+  unsupported_arch,       // the current GPU's architecture is not supported by this entry point
 };
 
 constexpr const char* to_string(status s) noexcept {
@@ -40,6 +41,7 @@ constexpr const char* to_string(status s) noexcept {
     case status::insufficient_space: return "output buffer too small";
     case status::cuda_error: return "CUDA error";
     case status::no_device: return "no CUDA device";
+    case status::unsupported_arch: return "unsupported GPU architecture";
   }
   return "unknown status";
 }
