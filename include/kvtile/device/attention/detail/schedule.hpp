@@ -90,7 +90,10 @@ inline std::int64_t max_chunks(std::int64_t units, int ctas, int forced_splits) 
 // with fewer others) plus a fixed per-chunk overhead (query load, pipeline
 // fill, partial write, merge).
 inline long long chunk_cost(int n, int rings) {
-  constexpr int overhead = 4;
+  // H200, k4v2_g128 D = 128 (bench/results/2026-12-01-h200-attention-plan.md):
+  // 2 chunks of 64 tiles per CTA took 90.8 us where 1 chunk of 128 took 82.2,
+  // i.e. a chunk boundary costs about 13 tiles' time.
+  constexpr int overhead = 12;
   const int floor = rings / 2;
   return static_cast<long long>(n > floor ? n : floor) + overhead;
 }
@@ -194,6 +197,21 @@ inline schedule make_schedule(const schedule_request& r) {
     long long c = (2 * total + den - 1) / den;
     c = std::max<long long>(c, std::min(r.rings, longest));
     cand.push_back(static_cast<int>(std::min<long long>(c, longest)));
+  }
+  // And the smallest chunk size that still gives at most one chunk per CTA.
+  {
+    int lo = 1, hi = longest;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      long long k = 0;
+      for (int s = 0; s < r.num_seqs; ++s) k += static_cast<long long>(chunks_of(ntile[s] - jlo[s], mid, 0)) * r.units_per_seq;
+      if (k <= r.ctas) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    cand.push_back(lo);
   }
   std::sort(cand.begin(), cand.end(), std::greater<int>());  // larger chunks first: fewer partials on ties
   cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
