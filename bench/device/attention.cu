@@ -1,10 +1,12 @@
-// bench/device/attention.cu: paged decode attention on the quantized cache vs
-// the fp16 baseline of the same kernel family, against a same-run read-bandwidth
-// ceiling. L2 is flushed (a 512 MB memset) before every timed launch; each
-// number is the median of N >= 50 CUDA-event timings of one decode step (both
-// kernels: attention + split merge).
+// bench/device/attention.cu: paged decode attention on the quantized cache
+// (decode_plan: plan once, run timed; and the one-call paged_decode) vs the fp16
+// baseline of the same kernel family (plan/run), against a same-run
+// read-bandwidth ceiling. L2 is flushed (a 512 MB memset) before every timed
+// launch; each number is the median of N >= 50 CUDA-event timings of one decode
+// step (both kernels: attention + merge). Shapes: the uniform ones of issue 13
+// and two ragged batches (lengths log-uniform over [256, 64K], fixed seeds).
 //
-// Usage: attention [--json FILE] [--iters N] [--quick]   (--quick: fp16 baseline and k4v2_g128 only)
+// Usage: attention [--json FILE] [--iters N] [--quick]   (--quick: batch 1 and 16, ragged; k4v2_g128 only)
 // The quantized caches are filled from a pool of 64 records encoded on the host
 // from random data (real records, replicated over the pages in a random page
 // order); the fp16 caches hold random values.
@@ -125,22 +127,31 @@ double read_ceiling_gbs() {
 }
 
 struct shape {
-  int B, Hq, Hkv, D, L;
+  int B, Hq, Hkv, D, L;  // L: the longest length (uniform shapes: every length)
+  std::string name;      // "" or the ragged batch's name
+  std::vector<int> lens; // empty: uniform
+  std::vector<int> lengths() const { return lens.empty() ? std::vector<int>(B, L) : lens; }
+  long long tokens() const {
+    long long t = 0;
+    for (int l : lengths()) t += l;
+    return t;
+  }
 };
 
 struct result {
   std::string kernel;
   shape s;
   double us, bytes, gbs, frac, speedup;
-  int splits;
+  int chunks;  // partials of the step (plan) or splits per unit (one-call)
 };
 
 std::vector<result> g_results;
 double g_ceiling = 0;
 
 void print_result(const result& r) {
-  std::printf("%-16s %4d %4d %4d %4d %7d %6d %10.2f %9.0f %7.1f%% %7.1f %7.2fx\n", r.kernel.c_str(), r.s.B, r.s.Hq,
-              r.s.Hkv, r.s.D, r.s.L, r.splits, r.us, r.gbs, 100 * r.frac, r.bytes / 1e6, r.speedup);
+  std::printf("%-18s %4d %4d %4d %4d %7d %-10s %6d %10.2f %9.0f %7.1f%% %7.1f %7.2fx\n", r.kernel.c_str(), r.s.B, r.s.Hq,
+              r.s.Hkv, r.s.D, r.s.L, r.s.name.empty() ? "uniform" : r.s.name.c_str(), r.chunks, r.us, r.gbs,
+              100 * r.frac, r.bytes / 1e6, r.speedup);
   std::fflush(stdout);
 }
 
@@ -151,13 +162,13 @@ struct queries {
   std::size_t ws_bytes = 0;
 };
 
-queries make_queries(const shape& s) {
+queries make_queries(const shape& s, std::size_t ws_bytes) {
   queries q;
   const std::size_t n = static_cast<std::size_t>(s.B) * s.Hq * s.D;
   BCUDA(cudaMalloc(&q.q, n * 2));
   BCUDA(cudaMalloc(&q.out, n * 2));
   fill_random_half<<<256, 256>>>(static_cast<std::uint16_t*>(q.q), n, 99);
-  q.ws_bytes = static_cast<std::size_t>(s.B) * s.Hq * 256 * (s.D + 2) * 4 + 4096;
+  q.ws_bytes = ws_bytes;
   BCUDA(cudaMalloc(&q.ws, q.ws_bytes));
   return q;
 }
@@ -167,6 +178,8 @@ void free_queries(queries& q) {
   cudaFree(q.ws);
 }
 
+// Pages of sequence b: a random permutation of all pages, max_pages per row
+// (rows of shorter sequences are partly unused).
 std::vector<std::int32_t> random_page_table(int B, int pages_per_seq, std::mt19937_64& rng) {
   std::vector<std::int32_t> perm(static_cast<std::size_t>(B) * pages_per_seq);
   std::iota(perm.begin(), perm.end(), 0);
@@ -174,11 +187,12 @@ std::vector<std::int32_t> random_page_table(int B, int pages_per_seq, std::mt199
   return perm;
 }
 
+// The fp16 baseline (plan/run), D = s.D.
+template <int D>
 double fp16_baseline(const shape& s) {
-  constexpr int D = 128;
   constexpr int PT = attention::fp16_kernel_traits<D>::page_tokens;
   std::mt19937_64 rng(1);
-  const int pps = (s.L + PT - 1) / PT;
+  const int pps = std::max(1, (s.L + PT - 1) / PT);
   const std::size_t n = static_cast<std::size_t>(s.B) * pps * s.Hkv * PT * D;
   half_t *k, *v;
   BCUDA(cudaMalloc(&k, n * 2));
@@ -186,7 +200,8 @@ double fp16_baseline(const shape& s) {
   fill_random_half<<<1024, 256>>>(reinterpret_cast<std::uint16_t*>(k), n, 1);
   fill_random_half<<<1024, 256>>>(reinterpret_cast<std::uint16_t*>(v), n, 2);
   auto pt = random_page_table(s.B, pps, rng);
-  std::vector<std::int32_t> lens(s.B, s.L);
+  std::vector<std::int32_t> lens;
+  for (int l : s.lengths()) lens.push_back(l);
   std::int32_t *dpt, *dl;
   BCUDA(cudaMalloc(&dpt, pt.size() * 4));
   BCUDA(cudaMalloc(&dl, lens.size() * 4));
@@ -203,23 +218,24 @@ double fp16_baseline(const shape& s) {
   cv.page_tokens = PT;
   cv.max_pages_per_seq = pps;
   cv.num_pages = s.B * pps;
-  queries q = make_queries(s);
+  queries q = make_queries(s, attention::workspace_bytes_fp16<D>(cv, s.Hq));
   attention::decode_args<half_t> a;
   a.q = static_cast<const half_t*>(q.q);
   a.out = static_cast<half_t*>(q.out);
   a.q_heads = s.Hq;
-  a.softmax_scale = 1.0f / std::sqrt(128.0f);
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
   a.workspace = q.ws;
   a.workspace_bytes = q.ws_bytes;
-  status st = attention::paged_decode_fp16<D>(cv, a);
+  attention::decode_plan plan;
+  status st = plan.plan_fp16<D>(cv, lens.data(), a);
+  if (st == status::success) st = plan.run_fp16<D>(cv, a);
   if (st != status::success) {
     std::fprintf(stderr, "fp16 baseline: %s\n", to_string(st));
     std::exit(1);
   }
-  const double us = time_median([&] { attention::paged_decode_fp16<D>(cv, a); });
-  const double bytes = static_cast<double>(s.B) * s.Hkv * s.L * D * 2 * 2;
-  g_results.push_back({"fp16_baseline", s, us, bytes, bytes / us / 1e3, bytes / us / 1e3 / g_ceiling, 1.0,
-                       attention::plan_splits_fp16<D>(cv, s.Hq)});
+  const double us = time_median([&] { (void)plan.run_fp16<D>(cv, a); });
+  const double bytes = static_cast<double>(s.Hkv) * s.tokens() * D * 2 * 2;
+  g_results.push_back({"fp16_baseline", s, us, bytes, bytes / us / 1e3, bytes / us / 1e3 / g_ceiling, 1.0, plan.chunks()});
   print_result(g_results.back());
   free_queries(q);
   cudaFree(k);
@@ -229,8 +245,10 @@ double fp16_baseline(const shape& s) {
   return us;
 }
 
-template <class Codec>
-void quant_run(const char* name, const shape& s, double fp16_us) {
+// kvtile over the quantized cache: plan/run (timed: run; the plan is host work
+// done before the step), and with one_call also the one-call paged_decode.
+template <class Codec, class QT = half_t>
+void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false) {
   constexpr int D = Codec::D, G = Codec::G;
   constexpr std::size_t RB = Codec::record_bytes;
   std::mt19937_64 rng(7);
@@ -246,12 +264,11 @@ void quant_run(const char* name, const shape& s, double fp16_us) {
         kt[e] = half_t(nd(rng) * (1.0f + (e % D == 3 ? 6.0f : 0.0f)));
         vt[e] = half_t(nd(rng));
       }
-      Codec::encode(kt.data(), D, vt.data(), D, pool.data() + i * RB, ws);
+      (void)Codec::encode(kt.data(), D, vt.data(), D, pool.data() + i * RB, ws);
     }
     delete ws;
   }
-  const int pps = s.L / G;
-  const int tail = s.L % G;
+  const int pps = std::max(1, s.L / G);
   const std::size_t n_rec = static_cast<std::size_t>(s.B) * pps * s.Hkv;
   std::uint8_t *pages, *dpool;
   BCUDA(cudaMalloc(&pages, n_rec * RB));
@@ -260,51 +277,74 @@ void quant_run(const char* name, const shape& s, double fp16_us) {
   replicate_records<<<2048, 256>>>(reinterpret_cast<uint4*>(pages), n_rec, reinterpret_cast<const uint4*>(dpool), pool_n,
                                    static_cast<int>(RB / 16));
   BCUDA(cudaGetLastError());
-  auto pt = random_page_table(s.B, std::max(pps, 1), rng);
-  std::vector<std::int32_t> lens(s.B, s.L);
+  auto pt = random_page_table(s.B, pps, rng);
+  std::vector<std::int32_t> lens;
+  for (int l : s.lengths()) lens.push_back(l);
   std::int32_t *dpt, *dl;
   BCUDA(cudaMalloc(&dpt, pt.size() * 4));
   BCUDA(cudaMalloc(&dl, lens.size() * 4));
   BCUDA(cudaMemcpy(dpt, pt.data(), pt.size() * 4, cudaMemcpyHostToDevice));
   BCUDA(cudaMemcpy(dl, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
   const std::size_t tail_n = static_cast<std::size_t>(s.B) * s.Hkv * G * D;
-  half_t *tk, *tv;
+  half_t *tk, *tv, *sk = nullptr, *sv = nullptr;
   BCUDA(cudaMalloc(&tk, tail_n * 2));
   BCUDA(cudaMalloc(&tv, tail_n * 2));
   fill_random_half<<<256, 256>>>(reinterpret_cast<std::uint16_t*>(tk), tail_n, 3);
   fill_random_half<<<256, 256>>>(reinterpret_cast<std::uint16_t*>(tv), tail_n, 4);
+  if (sink) {
+    BCUDA(cudaMalloc(&sk, tail_n * 2));
+    BCUDA(cudaMalloc(&sv, tail_n * 2));
+    fill_random_half<<<256, 256>>>(reinterpret_cast<std::uint16_t*>(sk), tail_n, 5);
+    fill_random_half<<<256, 256>>>(reinterpret_cast<std::uint16_t*>(sv), tail_n, 6);
+  }
   paged_cache_view cv;
   cv.pages = pages;
   cv.page_table = dpt;
   cv.seq_lens = dl;
   cv.tail_k = tk;
   cv.tail_v = tv;
+  cv.sink_k = sk;
+  cv.sink_v = sv;
   cv.num_seqs = s.B;
   cv.kv_heads = s.Hkv;
   cv.head_dim = D;
   cv.tile_tokens = G;
-  cv.max_pages_per_seq = std::max(pps, 1);
-  cv.num_pages = static_cast<int>(s.B * std::max(pps, 1));
+  cv.max_pages_per_seq = pps;
+  cv.num_pages = static_cast<int>(s.B * pps);
   cv.record_bytes = static_cast<std::int64_t>(RB);
-  queries q = make_queries(s);
-  attention::decode_args<half_t> a;
-  a.q = static_cast<const half_t*>(q.q);
-  a.out = static_cast<half_t*>(q.out);
+  const std::size_t nq = static_cast<std::size_t>(s.B) * s.Hq * D;
+  queries q = make_queries(s, attention::workspace_bytes<Codec>(cv, s.Hq));
+  attention::decode_args<QT> a;
+  a.q = static_cast<const QT*>(q.q);
+  a.out = static_cast<QT*>(q.out);
   a.q_heads = s.Hq;
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
   a.workspace = q.ws;
   a.workspace_bytes = q.ws_bytes;
-  status st = attention::paged_decode<Codec>(cv, a);
+  (void)nq;
+  double bytes = 0;  // records of complete tiles (not the sink) + the fp16 tails and sinks
+  for (int l : lens) {
+    const int full = l / G, quant = full - (sink && full > 0 ? 1 : 0);
+    bytes += static_cast<double>(s.Hkv) * (static_cast<double>(quant) * RB + (l % G) * D * 4.0 +
+                                           (sink && full > 0 ? G * D * 4.0 : 0.0));
+  }
+  attention::decode_plan plan;
+  status st = plan.plan<Codec>(cv, lens.data(), a);
+  if (st == status::success) st = plan.run<Codec>(cv, a);
   if (st != status::success) {
     std::fprintf(stderr, "%s: %s\n", name, to_string(st));
     std::exit(1);
   }
   BCUDA(cudaDeviceSynchronize());
-  const double us = time_median([&] { attention::paged_decode<Codec>(cv, a); });
-  const double bytes = static_cast<double>(n_rec) * RB + static_cast<double>(s.B) * s.Hkv * tail * D * 4;
-  g_results.push_back({name, s, us, bytes, bytes / us / 1e3, bytes / us / 1e3 / g_ceiling, fp16_us / us,
-                       attention::plan_splits<Codec>(cv, s.Hq)});
+  const double us = time_median([&] { (void)plan.run<Codec>(cv, a); });
+  g_results.push_back({name, s, us, bytes, bytes / us / 1e3, bytes / us / 1e3 / g_ceiling, fp16_us / us, plan.chunks()});
   print_result(g_results.back());
+  if (one_call) {
+    const double us1 = time_median([&] { (void)attention::paged_decode<Codec>(cv, a); });
+    g_results.push_back({std::string(name) + "_onecall", s, us1, bytes, bytes / us1 / 1e3, bytes / us1 / 1e3 / g_ceiling,
+                         fp16_us / us1, attention::plan_splits<Codec>(cv, s.Hq)});
+    print_result(g_results.back());
+  }
   free_queries(q);
   cudaFree(pages);
   cudaFree(dpool);
@@ -312,6 +352,17 @@ void quant_run(const char* name, const shape& s, double fp16_us) {
   cudaFree(dl);
   cudaFree(tk);
   cudaFree(tv);
+  if (sk) cudaFree(sk);
+  if (sv) cudaFree(sv);
+}
+
+// Lengths log-uniform over [lo, hi], fixed seed.
+std::vector<int> log_uniform(int n, double lo, double hi, unsigned seed) {
+  std::mt19937 r(seed);
+  std::uniform_real_distribution<double> u(std::log(lo), std::log(hi));
+  std::vector<int> v(n);
+  for (int& x : v) x = static_cast<int>(std::exp(u(r)));
+  return v;
 }
 
 template <class Codec>
@@ -356,22 +407,46 @@ int main(int argc, char** argv) {
   g_ceiling = read_ceiling_gbs();
   std::printf("device %s, %d SMs; read ceiling (read-only kernel, 4 GiB): %.0f GB/s; iterations %d (median)\n", prop.name,
               prop.multiProcessorCount, g_ceiling, g_iters);
-  std::printf("%-16s %4s %4s %4s %4s %7s %6s %10s %9s %8s %7s %8s\n", "kernel", "B", "Hq", "Hkv", "D", "tokens", "splits",
-              "us", "GB/s", "ceil%", "MB", "vs fp16");
-  const shape shapes[] = {{1, 32, 8, 128, 16384},  {8, 32, 8, 128, 16384}, {32, 32, 8, 128, 16384},
-                          {16, 32, 8, 128, 65536}, {64, 32, 8, 128, 8192}, {1, 32, 8, 128, 131072},
-                          // not an issue shape: GQA 8 (64 query heads, e.g. Llama-3-70B), the 8-query layout
-                          {16, 64, 8, 128, 32768}};
-  for (const shape& s : shapes) {
-    const double f = fp16_baseline(s);
-    quant_run<k4v2_g128<128>>("k4v2_g128", s, f);
-    if (quick) continue;
-    quant_run<k4v4_g128<128>>("k4v4_g128", s, f);
-    quant_run<k2v2_g128<128>>("k2v2_g128", s, f);
-    quant_run<k4v2_g128<128, fp16_scales>>("k4v2_g128_fp16s", s, f);
+  const char* hdr = "%-18s %4s %4s %4s %4s %7s %-10s %6s %10s %9s %8s %7s %8s\n";
+  std::printf(hdr, "kernel", "B", "Hq", "Hkv", "D", "tokens", "lengths", "chunks", "us", "GB/s", "ceil%", "MB", "vs fp16");
+  // (B, Hq, Hkv, D, tokens): the issue's shapes (batch 1-4 at 16K-256K, GQA 1/4/8/16, D 64/128/256, batch 64-128).
+  std::vector<shape> shapes = {
+      {1, 32, 8, 128, 16384},   {1, 32, 8, 128, 65536},  {1, 32, 8, 128, 262144}, {2, 32, 8, 128, 32768},
+      {4, 32, 8, 128, 16384},   {2, 8, 1, 128, 32768},   {16, 32, 8, 128, 65536}, {8, 128, 8, 128, 32768},
+      {8, 8, 8, 128, 32768},    {64, 32, 8, 128, 8192},  {128, 32, 8, 128, 4096},
+      {16, 16, 8, 256, 32768},  {8, 32, 8, 64, 32768},
+  };
+  {
+    shape r1{32, 32, 8, 128, 0, "ragged32", log_uniform(32, 256, 65536, 1)};
+    shape r2{64, 32, 8, 128, 0, "ragged64", log_uniform(64, 256, 65536, 2)};
+    for (shape* r : {&r1, &r2}) r->L = *std::max_element(r->lens.begin(), r->lens.end());
+    shapes.push_back(r1);
+    shapes.push_back(r2);
   }
-  std::printf("\nsummary\n%-16s %4s %4s %4s %4s %7s %6s %10s %9s %8s %7s %8s\n", "kernel", "B", "Hq", "Hkv", "D", "tokens", "splits",
-              "us", "GB/s", "ceil%", "MB", "vs fp16");
+  for (const shape& s : shapes) {
+    if (quick && s.name.empty() && s.B != 16 && s.B != 1) continue;
+    double f = 0;
+    if (s.D == 64) {
+      f = fp16_baseline<64>(s);
+      quant_run<k4v2_g128<64>>("k4v2_g128", s, f, true);
+    } else if (s.D == 256) {
+      f = fp16_baseline<256>(s);
+      quant_run<k4v2_g128<256>>("k4v2_g128", s, f, true);
+    } else {
+      f = fp16_baseline<128>(s);
+      quant_run<k4v2_g128<128>>("k4v2_g128", s, f, true);
+      if (quick) continue;
+      if (s.B == 16 && s.L == 65536) {
+        quant_run<k4v4_g128<128>>("k4v4_g128", s, f, false);
+        quant_run<k2v2_g128<128>>("k2v2_g128", s, f, false);
+        quant_run<k4v2_g128<128, fp16_scales>>("k4v2_g128_fp16s", s, f, false);
+        quant_run<k4v2_g128<128>, bfloat16_t>("k4v2_g128_bf16q", s, f, false);
+        quant_run<k4v2_g128<128>>("k4v2_g128_sink", s, f, false, true);
+      }
+    }
+  }
+  std::printf("\nsummary\n");
+  std::printf(hdr, "kernel", "B", "Hq", "Hkv", "D", "tokens", "lengths", "chunks", "us", "GB/s", "ceil%", "MB", "vs fp16");
   for (const auto& r : g_results) print_result(r);
   if (json) {
     FILE* f = std::fopen(json, "w");
@@ -382,10 +457,10 @@ int main(int argc, char** argv) {
         const auto& r = g_results[i];
         std::fprintf(f,
                      "    {\"kernel\": \"%s\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
-                     "\"tokens\": %d, \"splits\": %d, \"us\": %.3f, \"bytes\": %.0f, \"gbs\": %.1f, \"ceiling_fraction\": %.4f, "
-                     "\"speedup_vs_fp16_baseline\": %.3f}%s\n",
-                     r.kernel.c_str(), r.s.B, r.s.Hq, r.s.Hkv, r.s.D, r.s.L, r.splits, r.us, r.bytes, r.gbs, r.frac,
-                     r.speedup, i + 1 < g_results.size() ? "," : "");
+                     "\"tokens\": %d, \"lengths\": \"%s\", \"total_tokens\": %lld, \"chunks\": %d, \"us\": %.3f, "
+                     "\"bytes\": %.0f, \"gbs\": %.1f, \"ceiling_fraction\": %.4f, \"speedup_vs_fp16_baseline\": %.3f}%s\n",
+                     r.kernel.c_str(), r.s.B, r.s.Hq, r.s.Hkv, r.s.D, r.s.L, r.s.name.empty() ? "uniform" : r.s.name.c_str(),
+                     r.s.tokens(), r.chunks, r.us, r.bytes, r.gbs, r.frac, r.speedup, i + 1 < g_results.size() ? "," : "");
       }
       std::fprintf(f, "  ]\n}\n");
       std::fclose(f);

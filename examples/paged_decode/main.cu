@@ -60,9 +60,14 @@ int main() {
       const int full = lens[s] / G;
       for (int i = 0; i < full; ++i) {
         std::uint8_t* rec = pages.data() + (static_cast<size_t>(ptab[s * max_pages + i]) * H + h) * Codec::record_bytes;
-        Codec::encode(k.data() + static_cast<size_t>(i) * G * D, D, v.data() + static_cast<size_t>(i) * G * D, D, rec);
-        Codec::decode_keys(rec, kd.data() + static_cast<size_t>(i) * G * D, D, frame::rotated);
-        Codec::decode_values(rec, vd.data() + static_cast<size_t>(i) * G * D, D, frame::rotated);
+        const status se =
+            Codec::encode(k.data() + static_cast<size_t>(i) * G * D, D, v.data() + static_cast<size_t>(i) * G * D, D, rec);
+        const status sk = Codec::decode_keys(rec, kd.data() + static_cast<size_t>(i) * G * D, D, frame::rotated);
+        const status sv = Codec::decode_values(rec, vd.data() + static_cast<size_t>(i) * G * D, D, frame::rotated);
+        if (!ok(se) || sk != status::success || sv != status::success) {
+          std::printf("host codec: %s / %s / %s\n", to_string(se), to_string(sk), to_string(sv));
+          return 1;
+        }
       }
       for (int t = full * G; t < lens[s]; ++t) {
         float kv[D], vv[D];
@@ -126,9 +131,15 @@ int main() {
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
   a.workspace_bytes = attention::workspace_bytes<Codec>(cache, Hq);
   CK(cudaMalloc(&a.workspace, a.workspace_bytes));
-  status st = attention::paged_decode<Codec>(cache, a);
+  // plan: from the host copy of the lengths (balanced chunks over the SMs, the
+  // work list copied into the workspace); run: the kernels (capturable in a
+  // CUDA graph). attention::paged_decode<Codec>(cache, a) does both in one call
+  // without host lengths (uniform splits).
+  attention::decode_plan plan;
+  status st = plan.plan<Codec>(cache, lens.data(), a);
+  if (st == status::success) st = plan.run<Codec>(cache, a);
   if (st != status::success) {
-    std::printf("paged_decode: %s\n", to_string(st));
+    std::printf("decode_plan: %s\n", to_string(st));
     return 1;
   }
   CK(cudaDeviceSynchronize());
@@ -173,9 +184,9 @@ int main() {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  for (int i = 0; i < 10; ++i) attention::paged_decode<Codec>(cache, a);
+  for (int i = 0; i < 10; ++i) (void)plan.run<Codec>(cache, a);
   cudaEventRecord(e0);
-  for (int i = 0; i < 100; ++i) attention::paged_decode<Codec>(cache, a);
+  for (int i = 0; i < 100; ++i) (void)plan.run<Codec>(cache, a);
   cudaEventRecord(e1);
   CK(cudaEventSynchronize(e1));
   float ms = 0;

@@ -26,10 +26,14 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "../../codec/tile_codec.hpp"
 #include "../../config.hpp"
@@ -40,9 +44,11 @@
 #include "../../paged/paged_cache.hpp"
 #include "../../rotation/hadamard.hpp"
 #include "../../status.hpp"
-#include "detail/fragments.cuh"
-#include "detail/tile_layout.cuh"
 #include "../../paged/fp16_paged_cache.hpp"
+#include "detail/fragments.cuh"
+#include "detail/launch.cuh"
+#include "detail/schedule.hpp"
+#include "detail/tile_layout.cuh"
 
 KVTILE_NAMESPACE_BEGIN
 namespace attention {
@@ -57,7 +63,16 @@ struct decode_args {
   float softmax_scale = 0; // usually 1/sqrt(D)
   void* workspace = nullptr;  // workspace_bytes(...) bytes of device memory, 16-byte aligned
   std::size_t workspace_bytes = 0;
-  int num_splits = 0;      // 0: chosen from the grid size (results do not depend on it beyond fp32 rounding)
+  int num_splits = 0;      // > 0: every sequence's tiles cut into this many chunks (tests); 0: automatic
+  // Left window: the query (at position len - 1) attends keys at positions
+  // >= len - 1 - window_left (window_left + 1 tokens); < 0: no window. Tiles
+  // entirely left of the window are skipped, the boundary tile is masked.
+  int window_left = -1;
+  // > 0: logit soft-cap, every score s = softmax_scale q.k becomes cap tanh(s / cap).
+  float logit_softcap = 0.0f;
+  // Programmatic dependent launch of the merge kernel (overlaps its launch
+  // with the attention kernel's tail). A failed launch returns cuda_error.
+  bool pdl = true;
 };
 
 namespace detail {
@@ -80,11 +95,28 @@ struct kernel_params {
   int q_heads;
   int group;      // q_heads / kv_heads
   int qgroups;    // ceil(group / 8)
+  int units;      // units per sequence: kv_heads * qgroups
+  int slot_rows;  // partial rows per slot: min(group, 8)
   float scale_log2;
-  int num_splits;
-  float* ws_o;    // [num_seqs * q_heads][num_splits][D]
-  float* ws_ml;   // [num_seqs * q_heads][num_splits][2]
+  int num_splits; // without a plan: chunks per unit (grid (num_splits, units, num_seqs))
+  int window_left;
+  float cap;      // logit soft-cap in the log2 domain (cap * log2 e), 0: off
+  int max_len;    // tile_range's clamp of the device lengths
+  // With a plan (decode_plan): CTA c runs work[cta_begin[c] .. cta_begin[c + 1]);
+  // spans[unit] lists the unit's partial slots for the merge. Null: no plan.
+  const work_item* work;
+  const std::int32_t* cta_begin;
+  const unit_span* spans;
+  float* ws_o;    // [slot][slot_rows][D]
+  float* ws_ml;   // [slot][slot_rows][2]
 };
+
+// Window mask and soft-cap of one tile's scores (log2 domain): tokens below
+// lo are masked; cap > 0 applies cap tanh(x / cap).
+KVTILE_DEVICE float modify_score(float x, int tok, int lo, float cap) {
+  if (tok < lo) return -INFINITY;
+  return cap > 0.0f ? cap * tanhf(x / cap) : x;
+}
 
 // Shared-memory plan of a decode CTA.
 // W warps share R rings of Stages stages (W / R warps per ring, each taking
@@ -488,7 +520,7 @@ KVTILE_DEVICE void p_to_b(const float (&s)[GM][4], std::uint32_t (&b0)[GM], std:
 // channel and PV output orders of the quantized tiles (tile_layout.cuh; the
 // tile's own token order is free, it does not outlive the tile).
 template <int D, int GT, int H = 1, bool Swz = false, bool PK = false>
-KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const uint4* qf,
+KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, int lo, float cap, const uint4* qf,
                              const float (&nfq)[2], warp_state<D, PK ? 1 : 2>& st, int sub = 0) {
   using OO = out_order<D, Swz>;
   constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16,
@@ -530,7 +562,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tok = E * r + 2 * (sub * GM + i) + h;
-        sc[i][h] = tok < n_valid ? (s[i][2 * h] + s[i][2 * h + 1]) * nfq[0] : -INFINITY;
+        sc[i][h] = tok < n_valid ? modify_score((s[i][2 * h] + s[i][2 * h + 1]) * nfq[0], tok, lo, cap) : -INFINITY;
       }
     online_softmax1<GM>(sc, st.m, st.l, alpha[0]);
     p_to_b_split<GM>(sc, pb0, pb1);
@@ -540,7 +572,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int tok = E * r + 2 * (sub * GM + i) + (c >> 1);
-        s[i][c] = tok < n_valid ? s[i][c] * nfq[c & 1] : -INFINITY;
+        s[i][c] = tok < n_valid ? modify_score(s[i][c] * nfq[c & 1], tok, lo, cap) : -INFINITY;
       }
     online_softmax<GM>(s, st.m, st.l, alpha);
     p_to_b<GM>(s, pb0, pb1);
@@ -704,7 +736,7 @@ constexpr bool quant_swizzled() {
 //    + CE - 1 of chunk ch.
 template <class Config, class Packer, int H, bool Swz, bool PK = false>
 KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const uint4* qf, const float (&nfq)[2],
-                              warp_state<Config::head_dim, PK ? 1 : 2>& st, int sub) {
+                              warp_state<Config::head_dim, PK ? 1 : 2>& st, int sub, int lo, float cap) {
   using SL = stage_layout<Config, Packer, H, Swz>;
   using KO = key_order<Config::head_dim, Swz>;
   using OO = out_order<Config::head_dim, Swz>;
@@ -868,6 +900,21 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
         }
       }
   }
+  // Window boundary tile (tokens below lo) and soft-cap: off the common path.
+  if (lo > 0 || cap > 0.0f) {
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int tok = tok0 + 2 * i + h;
+        if constexpr (PK) {
+          sc[i][h] = modify_score(sc[i][h], tok, lo, cap);
+        } else {
+          s[i][2 * h + 0] = modify_score(s[i][2 * h + 0], tok, lo, cap);
+          s[i][2 * h + 1] = modify_score(s[i][2 * h + 1], tok, lo, cap);
+        }
+      }
+  }
   if constexpr (PK) {
     online_softmax1<GM>(sc, st.m, st.l, alpha[0]);
   } else {
@@ -973,8 +1020,8 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 // rotated frame (unnormalized, relative to m) to the workspace. Swz: the
 // accumulators are in out_order<D, true> (tile_layout.cuh).
 template <int D, int W, bool Swz = false, int NQ = 2>
-KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, const kernel_params& p, int seq,
-                                 int kvh, int qg, int split) {
+KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, const kernel_params& p, int qg,
+                                 int slot) {
   constexpr int os = D + 4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -1016,12 +1063,11 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
         l = fmaf(wl[w * max_group + q], f, l);
       }
     }
-    const std::int64_t row = static_cast<std::int64_t>(seq) * p.q_heads + kvh * p.group + qg * max_group + q;
-    const std::int64_t slot = row * p.num_splits + split;
-    p.ws_o[slot * D + d] = o;
+    const std::int64_t r = static_cast<std::int64_t>(slot) * p.slot_rows + q;
+    p.ws_o[r * D + d] = o;
     if (d == 0) {
-      p.ws_ml[2 * slot] = mx;
-      p.ws_ml[2 * slot + 1] = l;
+      p.ws_ml[2 * r] = mx;
+      p.ws_ml[2 * r + 1] = l;
     }
   }
 }
@@ -1143,6 +1189,55 @@ KVTILE_DEVICE void pool_loop(int j0, int j1, bool skip0, std::uint8_t* stages, s
   }
 }
 
+// The chunk a CTA runs: from the plan's work list, or (no plan) from the grid
+// (num_splits, units, num_seqs): split blockIdx.x of unit blockIdx.y of
+// sequence blockIdx.z, the sequence's visible tiles cut into num_splits ranges.
+struct chunk_ref {
+  int seq, u, slot, j0, j1;  // j0, j1: requested tiles (clamped to the device length by the caller)
+};
+KVTILE_DEVICE int chunk_count(const kernel_params& p, int& first) {
+  if (p.work) {
+    first = p.cta_begin[blockIdx.x];
+    return p.cta_begin[blockIdx.x + 1] - first;
+  }
+  first = 0;
+  return 1;
+}
+KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int32_t* seq_lens, int T) {
+  chunk_ref c;
+  if (p.work) {
+    const work_item w = p.work[ci];
+    c.seq = w.unit / p.units;
+    c.u = w.unit % p.units;
+    c.slot = w.slot;
+    c.j0 = w.j0;
+    c.j1 = w.j1;
+  } else {
+    c.seq = blockIdx.z;
+    c.u = blockIdx.y;
+    c.slot = (blockIdx.z * p.units + blockIdx.y) * p.num_splits + blockIdx.x;
+    const tile_span ts = tile_range(seq_lens[c.seq], T, p.max_len, p.window_left);
+    const int n = ts.n_tiles - ts.jlo, per = (n + p.num_splits - 1) / p.num_splits;
+    c.j0 = min(ts.n_tiles, ts.jlo + static_cast<int>(blockIdx.x) * per);
+    c.j1 = min(ts.n_tiles, c.j0 + per);
+  }
+  return c;
+}
+
+// (Re)initializes the CTA's mbarriers (and pool tickets) before a chunk; the
+// previous chunk's phases are all complete (every issued copy was waited for).
+template <int NBars, int Pool>
+KVTILE_DEVICE void init_barriers(std::uint64_t* bars, std::uint32_t* tickets, bool again) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < NBars; ++i) {
+      if (again) mbar_inval(bars + i);
+      mbar_init(bars + i, 1);
+    }
+    for (int i = 0; i < Pool; ++i) tickets[i] = 0u;
+    mbar_init_fence();
+  }
+}
+
 template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0>
 __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
@@ -1158,71 +1253,80 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
   uint4* qf = reinterpret_cast<uint4*>(smem + plan::qf);
   std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
   std::uint8_t* stages = smem + plan::stages;
-
-  const int split = blockIdx.x, seq = blockIdx.z;
-  const int kvh = blockIdx.y / p.qgroups, qg = blockIdx.y % p.qgroups;
   std::uint32_t* tickets = reinterpret_cast<std::uint32_t*>(bars + Pool);
-  if (threadIdx.x == 0) {
-    if constexpr (Pool > 0) {
-      for (int i = 0; i < Pool; ++i) {
-        mbar_init(bars + i, 1);
-        tickets[i] = 0u;
+  constexpr int nbars = Pool > 0 ? Pool : 2 * R * Stages;
+
+  int first = 0;
+  const int count = chunk_count(p, first);
+  for (int ci = first; ci < first + count; ++ci) {
+    const chunk_ref c = chunk_at(p, ci, cache.seq_lens, G);
+    const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
+    init_barriers<nbars, Pool>(bars, tickets, ci > first);
+    const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left);
+    const int n_full = ts.len / G, tail = ts.len % G;
+    const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
+    const bool sink = cache.has_sink();
+    const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
+    auto is_quant = [&](int j) { return j < n_full && !(sink && j == 0); };
+    // Out-of-range page ids (a corrupt page table) are never dereferenced: the
+    // stage's barrier completes without a copy and the tile contributes nothing.
+    auto page_ok = [&](int j) {
+      const std::int32_t pg = ptab[j];
+      return pg >= 0 && pg < cache.num_pages;
+    };
+    auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+      if (!is_quant(j)) return;
+      if (page_ok(j)) {
+        stage_record<SL>(dst, cache.record(ptab[j], kvh), bar);
+      } else {
+        mbar_arrive(bar);
       }
+    };
+    __syncthreads();  // barriers initialized: the first records fly while the queries are rotated
+    if constexpr (Pool > 0) {
+      pool_prologue<W, Pool>(j0, j1, stages, plan::stage_bytes, bars, tickets, stage_src);
     } else {
-      for (int i = 0; i < 2 * R * Stages; ++i) mbar_init(bars + i, 1);
+      ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
     }
-    mbar_init_fence();
-  }
-  const int len = cache.seq_lens[seq];
-  const int n_full = len / G, tail = len % G;
-  const int n_tiles = n_full + (tail > 0 ? 1 : 0);
-  const int per = (n_tiles + p.num_splits - 1) / p.num_splits;
-  const int j0 = min(n_tiles, split * per), j1 = min(n_tiles, j0 + per);
-  const bool sink = cache.has_sink();
-  const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
-  auto is_quant = [&](int j) { return j < n_full && !(sink && j == 0); };
-  auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
-    if (!is_quant(j)) return;
-    stage_record<SL>(dst, cache.record(ptab[j], kvh), bar);
-  };
-  __syncthreads();  // barriers initialized: the first records fly while the queries are rotated
-  if constexpr (Pool > 0) {
-    pool_prologue<W, Pool>(j0, j1, stages, plan::stage_bytes, bars, tickets, stage_src);
-  } else {
-    ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
-  }
-  load_queries<QT, D, W, true, keep_qn<Packer>(), Swz>(p, seq, kvh, qg, qn, nf, qf);
-  __syncthreads();
+    load_queries<QT, D, W, true, keep_qn<Packer>(), Swz>(p, seq, kvh, qg, qn, nf, qf);
+    __syncthreads();
 
-  const int sub = (threadIdx.x >> 5) % H;
-  const int t = (threadIdx.x & 31) & 3;
-  const float nfq[2] = {nf[PK ? t : 2 * t], nf[PK ? t : 2 * t + 1]};
-  warp_state<D, PK ? 1 : 2> st;
-  st.reset();
+    const int sub = (threadIdx.x >> 5) % H;
+    const int t = (threadIdx.x & 31) & 3;
+    const float nfq[2] = {nf[PK ? t : 2 * t], nf[PK ? t : 2 * t + 1]};
+    warp_state<D, PK ? 1 : 2> st;
+    st.reset();
 
-  auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
-    if (is_quant(j)) {
-      mbar_wait(bar, par);
-      quant_tile<Config, Packer, H, Swz, PK>(buf, qn, qf, nfq, st, sub);
-      return true;
-    }
-    const std::int64_t off = cache.tile_offset(seq, kvh);
-    if (j < n_full) {  // the sink
-      fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
-                         reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, qf, nfq, st, sub);
+    auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
+      const int lo = ts.lo - j * G;  // > 0 only in the window's boundary tile
+      if (is_quant(j)) {
+        mbar_wait(bar, par);
+        if (page_ok(j)) quant_tile<Config, Packer, H, Swz, PK>(buf, qn, qf, nfq, st, sub, lo, p.cap);
+        return true;
+      }
+      const std::int64_t off = cache.tile_offset(seq, kvh);
+      if (j < n_full) {  // the sink
+        fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
+                                    reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, lo, p.cap, qf, nfq,
+                                    st, sub);
+      } else {
+        fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
+                                    reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, lo, p.cap, qf,
+                                    nfq, st, sub);
+      }
+      return false;
+    };
+    if constexpr (Pool > 0) {
+      pool_loop<W, Pool>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
     } else {
-      fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
-                         reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, qf, nfq, st, sub);
+      warp_loop<R, H, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     }
-    return false;
-  };
-  if constexpr (Pool > 0) {
-    pool_loop<W, Pool>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
-  } else {
-    warp_loop<R, H, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+    if (ci + 1 == first + count)
+      asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
+    write_partial<D, W, Swz, PK ? 1 : 2>(st, stages, p, qg, c.slot);
+    fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
+    __syncthreads();
   }
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
-  write_partial<D, W, Swz, PK ? 1 : 2>(st, stages, p, seq, kvh, qg, split);
 }
 
 template <int D, int PT, class QT, int W, int Stages>
@@ -1237,42 +1341,56 @@ __global__ void __launch_bounds__(W * 32, 1)
   std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
   std::uint8_t* stages = smem + plan::stages;
 
-  const int split = blockIdx.x, seq = blockIdx.z;
-  const int kvh = blockIdx.y / p.qgroups, qg = blockIdx.y % p.qgroups;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 2 * W * Stages; ++i) mbar_init(bars + i, 1);
-    mbar_init_fence();
+  int first = 0;
+  const int count = chunk_count(p, first);
+  for (int ci = first; ci < first + count; ++ci) {
+    const chunk_ref c = chunk_at(p, ci, cache.seq_lens, PT);
+    const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
+    init_barriers<2 * W * Stages, 0>(bars, nullptr, ci > first);
+    load_queries<QT, D, W, false, false, false>(p, seq, kvh, qg, qn, nf, qf);
+    __syncthreads();
+
+    const tile_span ts = tile_range(cache.seq_lens[seq], PT, p.max_len, p.window_left);
+    const int len = ts.len;
+    const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
+    const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
+    auto page_ok = [&](int j) {
+      const std::int32_t pg = ptab[j];
+      return pg >= 0 && pg < cache.num_pages;
+    };
+
+    const int t = (threadIdx.x & 31) & 3;
+    const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
+    warp_state<D> st;
+    st.reset();
+
+    auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+      if (!page_ok(j)) {
+        mbar_arrive(bar);
+        return;
+      }
+      const std::int64_t off = cache.block_offset(ptab[j], kvh);
+      mbar_expect_tx(bar, static_cast<std::uint32_t>(2 * half_bytes));
+      bulk_copy_g2s(dst, cache.k + off, static_cast<std::uint32_t>(half_bytes), bar);
+      bulk_copy_g2s(dst + half_bytes, cache.v + off, static_cast<std::uint32_t>(half_bytes), bar);
+    };
+    auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
+      mbar_wait(bar, par);
+      if (page_ok(j)) {
+        const int nv = min(PT, len - j * PT);
+        fp16_tile<D, PT>(reinterpret_cast<const std::uint16_t*>(buf),
+                         reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, ts.lo - j * PT, p.cap, qf, nfq,
+                         st);
+      }
+      return true;
+    };
+    warp_loop<W, 1, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+    if (ci + 1 == first + count)
+      asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
+    write_partial<D, W>(st, stages, p, qg, c.slot);
+    fence_proxy_async();
+    __syncthreads();
   }
-  load_queries<QT, D, W, false, false, false>(p, seq, kvh, qg, qn, nf, qf);
-  __syncthreads();
-
-  const int len = cache.seq_lens[seq];
-  const int n_tiles = (len + PT - 1) / PT;
-  const int per = (n_tiles + p.num_splits - 1) / p.num_splits;
-  const int j0 = min(n_tiles, split * per), j1 = min(n_tiles, j0 + per);
-  const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
-
-  const int t = (threadIdx.x & 31) & 3;
-  const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
-  warp_state<D> st;
-  st.reset();
-
-  auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
-    const std::int64_t off = cache.block_offset(ptab[j], kvh);
-    mbar_expect_tx(bar, static_cast<std::uint32_t>(2 * half_bytes));
-    bulk_copy_g2s(dst, cache.k + off, static_cast<std::uint32_t>(half_bytes), bar);
-    bulk_copy_g2s(dst + half_bytes, cache.v + off, static_cast<std::uint32_t>(half_bytes), bar);
-  };
-  auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
-    mbar_wait(bar, par);
-    const int nv = min(PT, len - j * PT);
-    fp16_tile<D, PT>(reinterpret_cast<const std::uint16_t*>(buf),
-                     reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, qf, nfq, st);
-    return true;
-  };
-  warp_loop<W, 1, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
-  write_partial<D, W>(st, stages, p, seq, kvh, qg, split);
 }
 
 // Merges the splits of each (sequence, query head) row, normalizes, un-rotates
@@ -1297,11 +1415,26 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   const int lane = threadIdx.x & 31;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * combine_rows + (threadIdx.x >> 5);
   if (row >= rows) return;  // warp-uniform
-  const int S = p.num_splits;
-  const float* ml = p.ws_ml + row * S * 2;
+  // The row's partials: slots first .. first + S - 1 of its unit, row q of each.
+  const std::int64_t seq = row / p.q_heads;
+  const int qh = static_cast<int>(row % p.q_heads), gi = qh % p.group;
+  const std::int64_t unit = seq * p.units + (qh / p.group) * p.qgroups + gi / max_group;
+  std::int64_t first;
+  int S;
+  if (p.spans) {
+    const unit_span sp = p.spans[unit];
+    first = sp.first;
+    S = sp.count;
+  } else {
+    first = unit * p.num_splits;
+    S = p.num_splits;
+  }
+  const std::int64_t r0 = first * p.slot_rows + gi % max_group;  // partial row of slot first
+  const int ml_stride = 2 * p.slot_rows, o_stride = p.slot_rows * D;
+  const float* ml = p.ws_ml + 2 * r0;
   // Global max of m over the splits, then l = sum f_s l_s, f_s = 2^(m_s - max).
   float mx = -INFINITY;
-  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, __ldcg(ml + 2 * s));
+  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, __ldcg(ml + ml_stride * s));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float o[E];
@@ -1309,13 +1442,13 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   for (int e = 0; e < E; ++e) o[e] = 0.0f;
   float l = 0.0f;
   if (mx != -INFINITY) {
-    const float* wo = p.ws_o + row * S * D + E * lane;
+    const float* wo = p.ws_o + r0 * D + E * lane;
     for (int c = 0; c < S; c += 32) {
       float f = 0.0f;  // this lane's split c + lane
       if (c + lane < S) {
-        const float ms = __ldcg(ml + 2 * (c + lane));
+        const float ms = __ldcg(ml + ml_stride * (c + lane));
         f = ms == -INFINITY ? 0.0f : exp2f(ms - mx);
-        l = fmaf(__ldcg(ml + 2 * (c + lane) + 1), f, l);
+        l = fmaf(__ldcg(ml + ml_stride * (c + lane) + 1), f, l);
       }
       const int n = min(32, S - c);
       for (int j0 = 0; j0 < n; j0 += 8) {
@@ -1326,11 +1459,11 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
 #pragma unroll
             for (int e = 0; e < E; e += 4) {
               if constexpr (E == 2) {
-                const float2 v = __ldcg(reinterpret_cast<const float2*>(wo + (c + j0 + j) * D));
+                const float2 v = __ldcg(reinterpret_cast<const float2*>(wo + (c + j0 + j) * o_stride));
                 x[j][0] = v.x;
                 x[j][1] = v.y;
               } else {
-                const float4 v = __ldcg(reinterpret_cast<const float4*>(wo + (c + j0 + j) * D + e));
+                const float4 v = __ldcg(reinterpret_cast<const float4*>(wo + (c + j0 + j) * o_stride + e));
                 x[j][e] = v.x;
                 x[j][e + 1] = v.y;
                 x[j][e + 2] = v.z;
@@ -1382,17 +1515,10 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   if (lse && lane == 0) lse[row] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
 }
 
-inline int sm_count() {
-  int dev = 0, n = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-  return n;
-}
-
-// Splits: enough CTAs for one wave when batch x KV heads x groups is small,
-// never more splits than tiles / W.
-inline int choose_splits(int units, int max_tiles, int warps, int requested) {
+// Splits of the one-call path (no plan): enough CTAs for one wave when batch x
+// KV heads x groups is small, never more splits than tiles / 8.
+inline int choose_splits(int units, int max_tiles, int warps, int requested, int sms) {
   if (requested > 0) return requested;
-  const int sms = sm_count();
   if (units <= 0 || units >= sms) return 1;
   int s = sms / units;  // one CTA per SM: never spill into a second wave
   // at least ~8 tiles per CTA (fewer leave warps idle; with more than 8 warps
@@ -1403,63 +1529,100 @@ inline int choose_splits(int units, int max_tiles, int warps, int requested) {
   return s < 1 ? 1 : s;
 }
 
+inline int current_sm_count() {
+  int dev = 0;
+  return cudaGetDevice(&dev) == cudaSuccess ? sm_count(dev) : 1;
+}
+
 template <class QT>
 status check_common(const decode_args<QT>& a, int num_seqs, int kv_heads) {
   static_assert(std::is_same_v<QT, half_t> || std::is_same_v<QT, bfloat16_t>, "queries must be half_t or bfloat16_t");
   if (!a.q || !a.out) return status::null_pointer;
   if (a.q_heads <= 0 || kv_heads <= 0 || a.q_heads % kv_heads != 0 || num_seqs < 0) return status::invalid_argument;
   if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale)) return status::invalid_argument;
+  if (!(a.logit_softcap >= 0.0f) || !std::isfinite(a.logit_softcap)) return status::invalid_argument;
+  if (a.num_splits < 0 || a.num_splits > 4096) return status::invalid_argument;
   if (num_seqs > 65535 || kv_heads * ((a.q_heads / kv_heads + max_group - 1) / max_group) > 65535)
     return status::invalid_argument;
   return status::success;
 }
 
-inline std::size_t ws_bytes(int num_seqs, int q_heads, int splits, int d) {
-  const std::size_t rows = static_cast<std::size_t>(num_seqs) * q_heads * splits;
-  return (rows * d * sizeof(float) + 255) / 256 * 256 + rows * 2 * sizeof(float);
+// Workspace: the partials of every slot, then the plan's work list, CTA ranges
+// and unit spans (written by decode_plan::plan; unused by the one-call path).
+struct ws_layout {
+  std::size_t o = 0, ml = 0, work = 0, cta = 0, spans = 0, bytes = 0;
+  std::int64_t chunks = 0;
+};
+inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d) {
+  auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
+  const int group = q_heads / kv_heads, qgroups = (group + max_group - 1) / max_group;
+  const int slot_rows = group < max_group ? group : max_group;
+  const std::int64_t units = static_cast<std::int64_t>(num_seqs) * kv_heads * qgroups;
+  ws_layout L;
+  L.chunks = max_chunks(units, ctas, num_splits);  // also the one-call path's bound: units x splits <= max(units, ctas)
+  const std::size_t rows = static_cast<std::size_t>(L.chunks) * slot_rows;
+  L.ml = up(rows * d * sizeof(float));
+  L.work = L.ml + up(rows * 2 * sizeof(float));
+  L.cta = L.work + up(static_cast<std::size_t>(L.chunks) * sizeof(work_item));
+  L.spans = L.cta + up((static_cast<std::size_t>(ctas) + 1) * sizeof(std::int32_t));
+  L.bytes = L.spans + up(static_cast<std::size_t>(units) * sizeof(unit_span));
+  return L;
 }
 
-template <class KernelT, class QT, class View, int D, bool Rotated>
-status launch(KernelT kernel, std::size_t smem, const View& view, const decode_args<QT>& a, int splits,
-              cudaStream_t stream, int threads, bool& configured) {
-  const int group = a.q_heads / view.kv_heads;
+template <class QT>
+kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, int max_len, const ws_layout& L,
+                          bool planned) {
   kernel_params p{};
   p.q = a.q;
   p.q_heads = a.q_heads;
-  p.group = group;
-  p.qgroups = (group + max_group - 1) / max_group;
+  p.group = a.q_heads / kv_heads;
+  p.qgroups = (p.group + max_group - 1) / max_group;
+  p.units = kv_heads * p.qgroups;
+  p.slot_rows = p.group < max_group ? p.group : max_group;
   p.scale_log2 = a.softmax_scale * log2e;
   p.num_splits = splits;
-  const std::size_t rows = static_cast<std::size_t>(view.num_seqs) * a.q_heads * splits;
-  p.ws_o = static_cast<float*>(a.workspace);
-  p.ws_ml = reinterpret_cast<float*>(static_cast<std::uint8_t*>(a.workspace) + (rows * D * sizeof(float) + 255) / 256 * 256);
-  if (view.num_seqs == 0) return status::success;
-  if (!configured) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
-      return status::cuda_error;
-    configured = true;
-  }
-  dim3 grid(splits, view.kv_heads * p.qgroups, view.num_seqs);
-  kernel<<<grid, threads, smem, stream>>>(view, p);
-  // The merge kernel overlaps its launch with the attention kernel's tail (PDL).
-  const std::int64_t out_rows = static_cast<std::int64_t>(view.num_seqs) * a.q_heads;
-  const unsigned combine_blocks = static_cast<unsigned>((out_rows + combine_rows - 1) / combine_rows);
+  p.window_left = a.window_left < 0 ? -1 : a.window_left;
+  p.cap = a.logit_softcap > 0.0f ? a.logit_softcap * log2e : 0.0f;
+  p.max_len = max_len;
+  auto* base = static_cast<std::uint8_t*>(a.workspace);
+  p.ws_o = reinterpret_cast<float*>(base + L.o);
+  p.ws_ml = reinterpret_cast<float*>(base + L.ml);
+  p.work = planned ? reinterpret_cast<const work_item*>(base + L.work) : nullptr;
+  p.cta_begin = planned ? reinterpret_cast<const std::int32_t*>(base + L.cta) : nullptr;
+  p.spans = planned ? reinterpret_cast<const unit_span*>(base + L.spans) : nullptr;
+  return p;
+}
+
+// Launches the attention kernel and the merge kernel; every error is the
+// launch's own (cudaLaunchKernelEx's return), none is cleared or reported twice.
+template <class QT, int D, bool Rotated, class KernelT, class View>
+status launch(KernelT kernel, std::size_t smem, int threads, dim3 grid, const View& view, const kernel_params& p,
+              const decode_args<QT>& a, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(combine_blocks);
-  cfg.blockDim = dim3(32 * combine_rows);
-  cfg.dynamicSmemBytes = 0;
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
+  if (cudaLaunchKernelEx(&cfg, kernel, view, p) != cudaSuccess) return status::cuda_error;
+  const std::int64_t out_rows = static_cast<std::int64_t>(view.num_seqs) * a.q_heads;
+  cudaLaunchConfig_t mc = {};
+  mc.gridDim = dim3(static_cast<unsigned>((out_rows + combine_rows - 1) / combine_rows));
+  mc.blockDim = dim3(32 * combine_rows);
+  mc.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, combine_kernel<QT, D, Rotated>, p, a.out, a.lse, out_rows) != cudaSuccess) {
-    (void)cudaGetLastError();
-    combine_kernel<QT, D, Rotated><<<combine_blocks, 32 * combine_rows, 0, stream>>>(p, a.out, a.lse, out_rows);
-  }
-  return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+  mc.attrs = attr;
+  mc.numAttrs = a.pdl ? 1 : 0;
+  if (cudaLaunchKernelEx(&mc, combine_kernel<QT, D, Rotated>, p, a.out, a.lse, out_rows) != cudaSuccess)
+    return status::cuda_error;
+  return status::success;
 }
+
+template <class T>
+struct type_tag {
+  static constexpr char id = 0;
+};
 
 }  // namespace detail
 
@@ -1471,6 +1634,7 @@ struct quant_kernel_traits {
   using config = typename Codec::config;
   using packer = typename Codec::packer;
   static constexpr int D = config::head_dim;
+  static constexpr int G = config::tile_tokens;
   static constexpr int stages = KVTILE_ATTENTION_STAGES;
   static constexpr std::size_t record_bytes = Codec::record_bytes;
   static constexpr int warps_per_record = detail::warps_per_record<config>();
@@ -1485,33 +1649,46 @@ struct quant_kernel_traits {
   static constexpr int warps = rings * warps_per_record;
   using plan = detail::smem_plan<D, warps, stages, stage::bytes, rings, detail::keep_qn<packer>()>;
   static constexpr std::size_t smem_bytes = plan::bytes;
-  // The stage-pool kernel for long single-split work (paged_decode): pool_warps
-  // warps share `pool` stages (0: no pool kernel).
+  // The stage-pool kernel for long chunks: pool_warps warps share `pool`
+  // stages (0: no pool kernel).
   static constexpr int pool_warps = warps_per_record == 1 ? KVTILE_ATTENTION_POOL_WARPS : 0;
   static constexpr int pool =
       pool_warps > 0 ? detail::fit_pool<D, pool_warps, stage::bytes, detail::keep_qn<packer>(), KVTILE_ATTENTION_POOL>()
                      : 0;
   static constexpr std::size_t pool_smem_bytes =
       detail::pool_smem_bytes<D, pool_warps, stage::bytes, detail::keep_qn<packer>(), pool>();
+  static constexpr std::size_t max_smem_bytes = pool_smem_bytes > smem_bytes ? pool_smem_bytes : smem_bytes;
   static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
   static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");
   static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
+  // tile_range's clamp: every complete tile in the page table, plus the tail.
+  static int max_len(const paged_cache_view& c) {
+    const std::int64_t m = static_cast<std::int64_t>(c.max_pages_per_seq) * G + G - 1;
+    return m > INT32_MAX ? INT32_MAX : static_cast<int>(m);
+  }
 };
 
-// Splits the launcher would use (num_splits = 0: automatic).
+// Splits of the one-call path (num_splits = 0: automatic).
 template <class Codec>
 int plan_splits(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
   const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
   const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
-  return detail::choose_splits(units, cache.max_pages_per_seq + 1, quant_kernel_traits<Codec>::rings, num_splits);
+  return detail::choose_splits(units, cache.max_pages_per_seq + 1, quant_kernel_traits<Codec>::rings, num_splits,
+                               detail::current_sm_count());
 }
 
+// Workspace of paged_decode and of decode_plan (the same bound), for the
+// current device.
 template <class Codec>
 std::size_t workspace_bytes(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
-  return detail::ws_bytes(cache.num_seqs, q_heads, plan_splits<Codec>(cache, q_heads, num_splits), Codec::D);
+  if (cache.kv_heads <= 0 || q_heads <= 0 || cache.num_seqs < 0) return 0;
+  return detail::layout_for(cache.num_seqs, cache.kv_heads, q_heads, num_splits, detail::current_sm_count(), Codec::D)
+      .bytes;
 }
 
-// Checks everything that can be checked without reading device memory.
+// Checks everything that can be checked without reading device memory, and the
+// current device (compute capability 9.0, opt-in shared memory):
+// unsupported_arch elsewhere, no_device without a GPU.
 template <class Codec, class QT>
 status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
   using cfg = typename Codec::config;
@@ -1524,44 +1701,64 @@ status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
   if (!a.workspace || a.workspace_bytes < workspace_bytes<Codec>(cache, a.q_heads, a.num_splits))
     return status::insufficient_space;
   if (reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0) return status::misaligned;
-  return status::success;
+  int dev = 0;
+  return detail::current_device(dev, quant_kernel_traits<Codec>::max_smem_bytes);
 }
 
-// Decode attention over the quantized paged cache: two kernels on `stream`.
+namespace detail {
+// Launches the quantized kernel variant (pool or rings, packed or 8-query layout).
 template <class Codec, class QT>
-status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) {
+status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, bool pool, dim3 grid,
+                    const kernel_params& p, cudaStream_t stream) {
   using tr = quant_kernel_traits<Codec>;
-  if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
-  const int splits = plan_splits<Codec>(cache, a.q_heads, a.num_splits);
-  const bool packed = detail::packed_layout && a.q_heads / cache.kv_heads <= detail::max_group / 2;
-  // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
-  const bool pool = tr::pool > 0 && splits == 1 && cache.max_pages_per_seq >= 128;
   using cfg = typename tr::config;
   using pk = typename tr::packer;
-  auto go = [&](auto kernel, std::size_t smem, int warps, bool& configured) {
-    return detail::launch<decltype(kernel), QT, paged_cache_view, tr::D, true>(kernel, smem, cache, a, splits, stream,
-                                                                               warps * 32, configured);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return status::cuda_error;
+  const bool packed = packed_layout && a.q_heads / cache.kv_heads <= max_group / 2;
+  auto go = [&](auto kernel, std::size_t smem, int warps, std::atomic<std::uint64_t>& configured) {
+    if (status s = configure_kernel(kernel, smem, dev, configured); s != status::success) return s;
+    return launch<QT, tr::D, true>(kernel, smem, warps * 32, grid, cache, p, a, stream);
   };
   if constexpr (tr::pool > 0) {
     if (pool && packed) {
-      static bool configured = false;  // per instantiation (one kernel)
-      return go(detail::quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, true, tr::pool>, tr::pool_smem_bytes,
+      static std::atomic<std::uint64_t> configured{0};  // per instantiation (one kernel), bit per device
+      return go(quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, true, tr::pool>, tr::pool_smem_bytes,
                 tr::pool_warps, configured);
     }
     if (pool) {
-      static bool configured = false;
-      return go(detail::quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, false, tr::pool>, tr::pool_smem_bytes,
+      static std::atomic<std::uint64_t> configured{0};
+      return go(quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, false, tr::pool>, tr::pool_smem_bytes,
                 tr::pool_warps, configured);
     }
   }
   if (packed) {
-    static bool configured = false;
-    return go(detail::quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, true>, tr::smem_bytes, tr::warps,
-              configured);
+    static std::atomic<std::uint64_t> configured{0};
+    return go(quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, true>, tr::smem_bytes, tr::warps, configured);
   }
-  static bool configured = false;
-  return go(detail::quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, false>, tr::smem_bytes, tr::warps,
-            configured);
+  static std::atomic<std::uint64_t> configured{0};
+  return go(quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, false>, tr::smem_bytes, tr::warps, configured);
+}
+}  // namespace detail
+
+// Decode attention over the quantized paged cache in one call (no host
+// lengths): every sequence's visible tiles are cut into the same number of
+// splits (plan_splits, from max_pages_per_seq), two kernels on `stream`.
+// Capturable in a CUDA graph (reads the lengths on the device); decode_plan
+// balances ragged batches.
+template <class Codec, class QT>
+status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) {
+  using tr = quant_kernel_traits<Codec>;
+  if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
+  if (cache.num_seqs == 0) return status::success;
+  const int splits = plan_splits<Codec>(cache, a.q_heads, a.num_splits);
+  const detail::ws_layout L = detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits,
+                                                 detail::current_sm_count(), tr::D);
+  if (static_cast<std::int64_t>(cache.num_seqs) * cache.kv_heads * splits > L.chunks) return status::invalid_argument;
+  const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false);
+  // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
+  const bool pool = splits == 1 && cache.max_pages_per_seq >= 128;
+  return detail::launch_quant<Codec, QT>(cache, a, pool, dim3(splits, p.units, cache.num_seqs), p, stream);
 }
 
 // ---------------------------------------------------------------- fp16 baseline
@@ -1576,18 +1773,24 @@ struct fp16_kernel_traits {
   using plan = detail::smem_plan<D, warps, stages, stage_bytes>;
   static constexpr std::size_t smem_bytes = plan::bytes;
   static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
+  static int max_len(const fp16_paged_cache_view& c) {
+    const std::int64_t m = static_cast<std::int64_t>(c.max_pages_per_seq) * page_tokens;
+    return m > INT32_MAX ? INT32_MAX : static_cast<int>(m);
+  }
 };
 
 template <int D>
 int plan_splits_fp16(const fp16_paged_cache_view& cache, int q_heads, int num_splits = 0) {
   const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
   const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
-  return detail::choose_splits(units, cache.max_pages_per_seq, fp16_kernel_traits<D>::warps, num_splits);
+  return detail::choose_splits(units, cache.max_pages_per_seq, fp16_kernel_traits<D>::warps, num_splits,
+                               detail::current_sm_count());
 }
 
 template <int D>
 std::size_t workspace_bytes_fp16(const fp16_paged_cache_view& cache, int q_heads, int num_splits = 0) {
-  return detail::ws_bytes(cache.num_seqs, q_heads, plan_splits_fp16<D>(cache, q_heads, num_splits), D);
+  if (cache.kv_heads <= 0 || q_heads <= 0 || cache.num_seqs < 0) return 0;
+  return detail::layout_for(cache.num_seqs, cache.kv_heads, q_heads, num_splits, detail::current_sm_count(), D).bytes;
 }
 
 template <int D, class QT>
@@ -1595,25 +1798,204 @@ status can_implement_fp16(const fp16_paged_cache_view& cache, const decode_args<
   if (cache.head_dim != D) return status::unsupported_head_dim;
   if (cache.page_tokens != fp16_kernel_traits<D>::page_tokens) return status::unsupported_tile_tokens;
   if (!cache.k || !cache.v || !cache.page_table || !cache.seq_lens) return status::null_pointer;
+  if (cache.max_pages_per_seq < 0 || cache.num_pages < 0) return status::invalid_argument;
   if (reinterpret_cast<std::uintptr_t>(cache.k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(cache.v) % 16 != 0)
     return status::misaligned;
   if (status s = detail::check_common(a, cache.num_seqs, cache.kv_heads); s != status::success) return s;
   if (!a.workspace || a.workspace_bytes < workspace_bytes_fp16<D>(cache, a.q_heads, a.num_splits))
     return status::insufficient_space;
-  return status::success;
+  if (reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0) return status::misaligned;
+  int dev = 0;
+  return detail::current_device(dev, fp16_kernel_traits<D>::smem_bytes);
 }
+
+namespace detail {
+template <int D, class QT>
+status launch_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a, dim3 grid, const kernel_params& p,
+                   cudaStream_t stream) {
+  using tr = fp16_kernel_traits<D>;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return status::cuda_error;
+  auto kernel = fp16_decode_kernel<D, tr::page_tokens, QT, tr::warps, tr::stages>;
+  static std::atomic<std::uint64_t> configured{0};  // per instantiation (one kernel), bit per device
+  if (status s = configure_kernel(kernel, tr::smem_bytes, dev, configured); s != status::success) return s;
+  return launch<QT, D, false>(kernel, tr::smem_bytes, tr::warps * 32, grid, cache, p, a, stream);
+}
+}  // namespace detail
 
 // fp16 baseline: same kernel structure over fp16 pages, original frame (no rotation).
 template <int D, class QT>
 status paged_decode_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) {
-  using tr = fp16_kernel_traits<D>;
   if (status s = can_implement_fp16<D>(cache, a); s != status::success) return s;
+  if (cache.num_seqs == 0) return status::success;
   const int splits = plan_splits_fp16<D>(cache, a.q_heads, a.num_splits);
-  auto kernel = detail::fp16_decode_kernel<D, tr::page_tokens, QT, tr::warps, tr::stages>;
-  static bool configured = false;  // per instantiation (one kernel)
-  return detail::launch<decltype(kernel), QT, fp16_paged_cache_view, D, false>(kernel, tr::smem_bytes, cache, a,
-                                                                               splits, stream, tr::warps * 32, configured);
+  const detail::ws_layout L =
+      detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits, detail::current_sm_count(), D);
+  if (static_cast<std::int64_t>(cache.num_seqs) * cache.kv_heads * splits > L.chunks) return status::invalid_argument;
+  const detail::kernel_params p =
+      detail::make_params(cache.kv_heads, a, splits, fp16_kernel_traits<D>::max_len(cache), L, false);
+  return detail::launch_fp16<D, QT>(cache, a, dim3(splits, p.units, cache.num_seqs), p, stream);
 }
+
+// ---------------------------------------------------------------- plan / run
+
+// A decode step split into a host plan and a launch. plan() reads a HOST copy
+// of the lengths, cuts every (sequence, KV head, query group) into chunks of
+// whole tiles and assigns them to one persistent CTA per SM (balanced over
+// ragged lengths; small batches are cut finer to fill the GPU), then copies
+// the work list into the workspace on `stream` (stream-ordered: the previous
+// step on the same stream finishes first). run() launches the attention and
+// merge kernels with a grid and workspace fixed by the plan's sizes: it can be
+// captured in a CUDA graph, and the graph replayed after plan() was called
+// again (outside the capture) with new lengths for the same cache shape
+// (num_seqs, kv_heads, max_pages_per_seq), q_heads, window and workspace.
+// The kernel variant is chosen by the first plan after construction or a
+// shape change; every later plan's work list is valid for it. The device
+// lengths must equal the planned host lengths for a correct result; if they
+// do not, the kernel still reads only within the page table, tails and sinks.
+// Not thread-safe: one plan per stream.
+class decode_plan {
+ public:
+  template <class Codec, class QT>
+  status plan(const paged_cache_view& cache, const std::int32_t* host_seq_lens, const decode_args<QT>& a,
+              cudaStream_t stream = nullptr) {
+    using tr = quant_kernel_traits<Codec>;
+    if (!host_seq_lens) return status::null_pointer;
+    if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
+    const key k = make_key<Codec, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
+    const int ctas = detail::current_sm_count();
+    const bool fresh = !(k == key_) || ctas != ctas_;
+    if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
+                         tr::rings, Codec::D);
+        s != status::success)
+      return s;
+    if (fresh) pool_ = tr::pool > 0 && sched_.chunks > 0 && total_tiles_ >= 128LL * sched_.chunks;
+    key_ = k;
+    return upload(a, stream);
+  }
+
+  template <class Codec, class QT>
+  status run(const paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) const {
+    using tr = quant_kernel_traits<Codec>;
+    if (!(make_key<Codec, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a) == key_))
+      return status::invalid_argument;  // not the planned shape, options or workspace
+    if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
+    if (cache.num_seqs == 0) return status::success;
+    const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true);
+    return detail::launch_quant<Codec, QT>(cache, a, pool_, dim3(ctas_), p, stream);
+  }
+
+  template <int D, class QT>
+  status plan_fp16(const fp16_paged_cache_view& cache, const std::int32_t* host_seq_lens, const decode_args<QT>& a,
+                   cudaStream_t stream = nullptr) {
+    using tr = fp16_kernel_traits<D>;
+    if (!host_seq_lens) return status::null_pointer;
+    if (status s = can_implement_fp16<D>(cache, a); s != status::success) return s;
+    const key k = make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
+    const int ctas = detail::current_sm_count();
+    if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::page_tokens, tr::max_len(cache), ctas,
+                         tr::warps, D);
+        s != status::success)
+      return s;
+    key_ = k;
+    return upload(a, stream);
+  }
+
+  template <int D, class QT>
+  status run_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) const {
+    using tr = fp16_kernel_traits<D>;
+    if (!(make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a) == key_))
+      return status::invalid_argument;
+    if (status s = can_implement_fp16<D>(cache, a); s != status::success) return s;
+    if (cache.num_seqs == 0) return status::success;
+    const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true);
+    return detail::launch_fp16<D, QT>(cache, a, dim3(ctas_), p, stream);
+  }
+
+  int ctas() const { return ctas_; }                // the grid of run()
+  int chunks() const { return sched_.chunks; }      // partials of the last plan
+  long long makespan() const { return sched_.makespan; }  // the scheduler's cost estimate (tiles)
+  bool stage_pool() const { return pool_; }         // the kernel variant run() launches
+  const detail::schedule& last_schedule() const { return sched_; }
+
+ private:
+  struct key {
+    const void* type = nullptr;
+    int num_seqs = -1, kv_heads = 0, max_pages = 0, q_heads = 0, window_left = -1, num_splits = 0;
+    const void* workspace = nullptr;
+    std::size_t workspace_bytes = 0;
+    int device = -1;
+    bool operator==(const key& o) const {
+      return type == o.type && num_seqs == o.num_seqs && kv_heads == o.kv_heads && max_pages == o.max_pages &&
+             q_heads == o.q_heads && window_left == o.window_left && num_splits == o.num_splits &&
+             workspace == o.workspace && workspace_bytes == o.workspace_bytes && device == o.device;
+    }
+  };
+  template <class Kind, class QT>
+  static key make_key(int num_seqs, int kv_heads, int max_pages, const decode_args<QT>& a) {
+    key k;
+    k.type = &detail::type_tag<std::pair<Kind, QT>>::id;
+    k.num_seqs = num_seqs;
+    k.kv_heads = kv_heads;
+    k.max_pages = max_pages;
+    k.q_heads = a.q_heads;
+    k.window_left = a.window_left < 0 ? -1 : a.window_left;
+    k.num_splits = a.num_splits;
+    k.workspace = a.workspace;
+    k.workspace_bytes = a.workspace_bytes;
+    if (cudaGetDevice(&k.device) != cudaSuccess) k.device = -1;
+    return k;
+  }
+
+  template <class QT>
+  status build(int num_seqs, int kv_heads, const std::int32_t* lens, const decode_args<QT>& a, int T, int max_len,
+               int ctas, int rings, int d) {
+    const int group = a.q_heads / kv_heads;
+    detail::schedule_request r;
+    r.seq_lens = lens;
+    r.num_seqs = num_seqs;
+    r.units_per_seq = kv_heads * ((group + detail::max_group - 1) / detail::max_group);
+    r.tile_tokens = T;
+    r.max_len = max_len;
+    r.window_left = a.window_left < 0 ? -1 : a.window_left;
+    r.ctas = ctas;
+    r.rings = rings;
+    r.forced_splits = a.num_splits;
+    layout_ = detail::layout_for(num_seqs, kv_heads, a.q_heads, a.num_splits, ctas, d);
+    sched_ = detail::make_schedule(r);
+    if (sched_.chunks > layout_.chunks) return status::invalid_argument;  // cannot happen (max_chunks)
+    total_tiles_ = 0;
+    for (const detail::work_item& w : sched_.items) total_tiles_ += w.j1 - w.j0;
+    ctas_ = ctas;
+    return status::success;
+  }
+
+  template <class QT>
+  status upload(const decode_args<QT>& a, cudaStream_t stream) {
+    // One copy of [work list | CTA ranges | spans], laid out as in the workspace.
+    const std::size_t n = layout_.bytes - layout_.work;
+    staging_.assign(n, 0);
+    std::memcpy(staging_.data(), sched_.items.data(), sched_.items.size() * sizeof(detail::work_item));
+    std::memcpy(staging_.data() + (layout_.cta - layout_.work), sched_.cta_begin.data(),
+                sched_.cta_begin.size() * sizeof(std::int32_t));
+    std::memcpy(staging_.data() + (layout_.spans - layout_.work), sched_.spans.data(),
+                sched_.spans.size() * sizeof(detail::unit_span));
+    // Pageable source: the call returns once the bytes are staged, so the
+    // buffer may be refilled by the next plan() at once.
+    if (cudaMemcpyAsync(static_cast<std::uint8_t*>(a.workspace) + layout_.work, staging_.data(), n,
+                        cudaMemcpyHostToDevice, stream) != cudaSuccess)
+      return status::cuda_error;
+    return status::success;
+  }
+
+  key key_;
+  detail::schedule sched_;
+  detail::ws_layout layout_;
+  std::vector<std::uint8_t> staging_;
+  long long total_tiles_ = 0;
+  int ctas_ = 0;
+  bool pool_ = false;
+};
 
 }  // namespace attention
 KVTILE_NAMESPACE_END

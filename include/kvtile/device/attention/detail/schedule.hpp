@@ -1,0 +1,239 @@
+// kvtile/device/attention/detail/schedule.hpp: the host side of decode_plan
+// (paged_decode.cuh): which tiles of which (sequence, KV head, query group)
+// each persistent CTA of the attention kernel processes. Plain C++ (no CUDA
+// headers), so the scheduler is tested on the host.
+//
+// Work: a unit is one (sequence, KV head, query group); its tiles are
+// [jlo, n_tiles) of the sequence (tile_range below, which the kernel computes
+// the same way from the device lengths). A unit is cut into chunks of
+// near-equal whole-tile ranges; each chunk is one partial (m, l, O) in the
+// workspace, merged by log-sum-exp in the second kernel. Chunks go to a fixed
+// number of CTAs (one per SM) by longest-processing-time list scheduling; the
+// chunk size is the candidate with the smallest estimated makespan.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "../../../config.hpp"
+
+KVTILE_NAMESPACE_BEGIN
+namespace attention::detail {
+
+// One chunk: tiles [j0, j1) of unit `unit` (seq * units_per_seq + u), partial slot `slot`.
+struct work_item {
+  std::int32_t unit;
+  std::int32_t j0;
+  std::int32_t j1;
+  std::int32_t slot;
+};
+// The partial slots of one unit: first, first + 1, ..., first + count - 1.
+struct unit_span {
+  std::int32_t first;
+  std::int32_t count;
+};
+
+// Tiles of a sequence of (device or host) length len, in tiles of T tokens,
+// clamped so that no tile outside the page table (and the tail) is ever read:
+// len is clamped to [0, max_len]. With a left window (window_left >= 0) the
+// query at position len - 1 sees tokens [lo, len), lo = max(0, len - 1 - window_left);
+// tiles below jlo = lo / T are skipped, the tokens below lo masked.
+struct tile_span {
+  int len;      // clamped length
+  int lo;       // first visible token
+  int jlo;      // first visible tile
+  int n_tiles;  // tiles of the sequence (ceil(len / T))
+};
+KVTILE_HOST_DEVICE tile_span tile_range(int len, int T, int max_len, int window_left) {
+  tile_span s;
+  s.len = len < 0 ? 0 : (len > max_len ? max_len : len);
+  s.lo = (window_left >= 0 && s.len - 1 - window_left > 0) ? s.len - 1 - window_left : 0;
+  s.jlo = s.lo / T;
+  s.n_tiles = (s.len + T - 1) / T;
+  return s;
+}
+
+struct schedule_request {
+  const std::int32_t* seq_lens = nullptr;  // host copy, num_seqs entries
+  int num_seqs = 0;
+  int units_per_seq = 1;  // kv_heads x query groups
+  int tile_tokens = 128;
+  int max_len = 0;        // tile_range's clamp
+  int window_left = -1;
+  int ctas = 1;           // persistent CTAs (the grid)
+  int rings = 8;          // tiles a CTA processes at once (cost model)
+  int forced_splits = 0;  // > 0: every unit cut into min(forced_splits, tiles) chunks (tests)
+};
+
+struct schedule {
+  std::vector<work_item> items;      // CTA-major: CTA c runs items[cta_begin[c] .. cta_begin[c + 1])
+  std::vector<std::int32_t> cta_begin;
+  std::vector<unit_span> spans;      // per unit
+  int chunks = 0;
+  long long makespan = 0;            // cost model units (tiles), for reports and tests
+};
+
+// Most chunks any request with these sizes can produce (the workspace bound).
+inline std::int64_t max_chunks(std::int64_t units, int ctas, int forced_splits) {
+  const std::int64_t a = 4 * static_cast<std::int64_t>(ctas) + units;
+  const std::int64_t b = forced_splits > 0 ? units * forced_splits : 0;
+  return a > b ? a : b;
+}
+
+// Cost of a chunk of n tiles in tile units: the tiles (at least half a round
+// of `rings`: a CTA with few tiles runs each faster, as its warps share the SM
+// with fewer others) plus a fixed per-chunk overhead (query load, pipeline
+// fill, partial write, merge).
+inline long long chunk_cost(int n, int rings) {
+  // H200, k4v2_g128 D = 128 (bench/results/2026-12-01-h200-attention-plan.md):
+  // 2 chunks of 64 tiles per CTA took 90.8 us where 1 chunk of 128 took 82.2,
+  // i.e. a chunk boundary costs about 13 tiles' time.
+  constexpr int overhead = 12;
+  const int floor = rings / 2;
+  return static_cast<long long>(n > floor ? n : floor) + overhead;
+}
+
+// Chunks of a unit of n tiles for chunk size c (forced: min(forced, n)).
+inline int chunks_of(int n, int c, int forced) {
+  if (n <= 0) return 0;
+  return forced > 0 ? (forced < n ? forced : n) : (n + c - 1) / c;
+}
+
+// LPT list scheduling on `ctas` CTAs of chunk costs given as a histogram
+// (hist[n] chunks of n tiles), longest first; returns the makespan and, when
+// owner_of_size is given, calls it (n, cta) for every chunk in that order.
+template <class F>
+long long lpt(const std::vector<long long>& hist, int ctas, int rings, F&& assign) {
+  using load = std::pair<long long, int>;
+  std::priority_queue<load, std::vector<load>, std::greater<load>> heap;
+  for (int i = 0; i < ctas; ++i) heap.push({0, i});
+  long long makespan = 0;
+  for (std::size_t n = hist.size(); n-- > 1;)
+    for (long long k = 0; k < hist[n]; ++k) {
+      load l = heap.top();
+      heap.pop();
+      l.first += chunk_cost(static_cast<int>(n), rings);
+      makespan = l.first > makespan ? l.first : makespan;
+      assign(static_cast<int>(n), l.second);
+      heap.push(l);
+    }
+  return makespan;
+}
+
+// Chunk-size histogram of chunk size c: a unit of n tiles in m chunks has
+// chunks of floor(n / m) and floor(n / m) + 1 tiles (the near-equal cut below).
+inline std::vector<long long> size_histogram(const schedule_request& r, const std::vector<int>& jlo,
+                                             const std::vector<int>& ntile, int longest, int c) {
+  std::vector<long long> hist(static_cast<std::size_t>(longest) + 2, 0);
+  for (int s = 0; s < r.num_seqs; ++s) {
+    const int n = ntile[s] - jlo[s], m = chunks_of(n, c, r.forced_splits);
+    if (m == 0) continue;
+    const int q = n / m, hi = n % m;
+    hist[q] += static_cast<long long>(m - hi) * r.units_per_seq;
+    if (hi) hist[q + 1] += static_cast<long long>(hi) * r.units_per_seq;
+  }
+  return hist;
+}
+
+// The full schedule for chunk size c: chunks (slots unit-major, so each
+// unit's slots are consecutive), LPT assignment, CTA-major work list.
+inline schedule build_schedule(const schedule_request& r, const std::vector<int>& jlo, const std::vector<int>& ntile,
+                               int longest, int c) {
+  schedule out;
+  out.spans.resize(static_cast<std::size_t>(r.num_seqs) * r.units_per_seq);
+  // Per size, the chunks of that size in slot order (LPT takes them in this order).
+  std::vector<std::vector<work_item>> by_size(static_cast<std::size_t>(longest) + 2);
+  std::int32_t slot = 0;
+  for (int s = 0; s < r.num_seqs; ++s) {
+    const int n = ntile[s] - jlo[s], m = chunks_of(n, c, r.forced_splits);
+    for (int u = 0; u < r.units_per_seq; ++u) {
+      const std::int32_t unit = s * r.units_per_seq + u;
+      out.spans[unit] = {slot, m};
+      for (int k = 0; k < m; ++k) {
+        const int a = jlo[s] + static_cast<int>(static_cast<long long>(n) * k / m);
+        const int b = jlo[s] + static_cast<int>(static_cast<long long>(n) * (k + 1) / m);
+        by_size[b - a].push_back({unit, a, b, slot++});
+      }
+    }
+  }
+  out.chunks = slot;
+  std::vector<long long> hist(by_size.size());
+  for (std::size_t n = 0; n < by_size.size(); ++n) hist[n] = static_cast<long long>(by_size[n].size());
+  std::vector<std::vector<work_item>> per_cta(static_cast<std::size_t>(r.ctas));
+  std::vector<std::size_t> next(by_size.size(), 0);
+  out.makespan = lpt(hist, r.ctas, r.rings, [&](int n, int cta) { per_cta[cta].push_back(by_size[n][next[n]++]); });
+  out.cta_begin.assign(static_cast<std::size_t>(r.ctas) + 1, 0);
+  out.items.reserve(static_cast<std::size_t>(out.chunks));
+  for (int i = 0; i < r.ctas; ++i) {
+    out.items.insert(out.items.end(), per_cta[i].begin(), per_cta[i].end());  // longest chunk first
+    out.cta_begin[i + 1] = static_cast<std::int32_t>(out.items.size());
+  }
+  return out;
+}
+
+// The schedule of one decode step. Deterministic for a given request.
+inline schedule make_schedule(const schedule_request& r) {
+  std::vector<int> jlo(r.num_seqs), ntile(r.num_seqs);
+  long long total = 0;
+  int longest = 0;
+  for (int s = 0; s < r.num_seqs; ++s) {
+    const tile_span t = tile_range(r.seq_lens[s], r.tile_tokens, r.max_len, r.window_left);
+    jlo[s] = t.jlo;
+    ntile[s] = t.n_tiles;
+    total += static_cast<long long>(t.n_tiles - t.jlo) * r.units_per_seq;
+    longest = std::max(longest, t.n_tiles - t.jlo);
+  }
+  if (r.forced_splits > 0 || longest == 0) return build_schedule(r, jlo, ntile, longest, 1);
+  // Candidates: no split, and chunk sizes for 1, 1.5, ..., 4 chunks per CTA on
+  // average (at least one round of `rings` tiles unless the unit is shorter).
+  std::vector<int> cand{longest};
+  for (int k2 = 2; k2 <= 8; ++k2) {
+    const long long den = static_cast<long long>(k2) * r.ctas;  // k = k2 / 2 chunks per CTA
+    long long c = (2 * total + den - 1) / den;
+    c = std::max<long long>(c, std::min(r.rings, longest));
+    cand.push_back(static_cast<int>(std::min<long long>(c, longest)));
+  }
+  // And the smallest chunk size that still gives at most one chunk per CTA.
+  {
+    int lo = 1, hi = longest;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      long long k = 0;
+      for (int s = 0; s < r.num_seqs; ++s) k += static_cast<long long>(chunks_of(ntile[s] - jlo[s], mid, 0)) * r.units_per_seq;
+      if (k <= r.ctas) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    cand.push_back(lo);
+  }
+  std::sort(cand.begin(), cand.end(), std::greater<int>());  // larger chunks first: fewer partials on ties
+  cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
+  long long best_cost = -1;
+  int best_c = longest;
+  for (int c : cand) {
+    const std::vector<long long> h = size_histogram(r, jlo, ntile, longest, c);
+    long long k = 0, top = 0;
+    for (std::size_t n = 1; n < h.size(); ++n)
+      if (h[n]) {
+        k += h[n];
+        top = chunk_cost(static_cast<int>(n), r.rings);
+      }
+    // At most one chunk per CTA: the makespan is the longest chunk's cost.
+    const long long m = k <= r.ctas ? top : lpt(h, r.ctas, r.rings, [](int, int) {});
+    if (best_cost < 0 || m < best_cost) {
+      best_cost = m;
+      best_c = c;
+    }
+  }
+  return build_schedule(r, jlo, ntile, longest, best_c);
+}
+
+}  // namespace attention::detail
+KVTILE_NAMESPACE_END

@@ -1,0 +1,370 @@
+// tests/device/attention_plan.cu: decode_plan (plan/run) against fp64 on the
+// dequantized cache: ragged lengths (0, 1, inside a tile, long), window and
+// soft-cap (both paths), forced chunk counts, PDL on/off, CUDA-graph capture
+// of run() replayed with changing lengths, and a corrupt page table that the
+// context survives. `--small` runs a reduced set (for compute-sanitizer).
+#include "attention_common.cuh"
+
+using namespace attn_test;
+using kvtile::half_t;
+
+namespace {
+
+struct mods {
+  int window_left = -1;
+  float softcap = 0.0f;
+};
+
+// fp64 attention of one query row over K/V [L][D] with the window and soft-cap
+// of decode_args (the query at position L - 1); returns lse.
+double attend_mod(const double* q, const std::vector<double>& K, const std::vector<double>& V, int L, int D,
+                  double scale, const mods& m, double* out) {
+  for (int d = 0; d < D; ++d) out[d] = 0.0;
+  const int lo = (m.window_left >= 0 && L - 1 - m.window_left > 0) ? L - 1 - m.window_left : 0;
+  if (L == 0) return -INFINITY;
+  std::vector<double> sc(L, -INFINITY);
+  double mx = -INFINITY;
+  for (int t = lo; t < L; ++t) {
+    double acc = 0;
+    for (int d = 0; d < D; ++d) acc += q[d] * K[static_cast<std::size_t>(t) * D + d];
+    double s = acc * scale;
+    if (m.softcap > 0) s = m.softcap * std::tanh(s / m.softcap);
+    sc[t] = s;
+    mx = std::max(mx, s);
+  }
+  double sum = 0;
+  for (int t = lo; t < L; ++t) {
+    const double p = std::exp(sc[t] - mx);
+    sum += p;
+    for (int d = 0; d < D; ++d) out[d] += p * V[static_cast<std::size_t>(t) * D + d];
+  }
+  for (int d = 0; d < D; ++d) out[d] /= sum;
+  return mx + std::log(sum);
+}
+
+// Device buffers of one decode step (queries, outputs, lse, workspace).
+template <class Codec>
+struct step {
+  dbuf<half_t> q, out;
+  dbuf<float> lse;
+  dbuf<std::uint8_t> ws;
+  attention::decode_args<half_t> a;
+  std::vector<half_t> hq;
+  step(quant_cache<Codec>& qc, int Hq, std::mt19937_64& rng, const mods& m, int num_splits = 0) {
+    hq = random_queries<half_t>(qc.S * Hq * Codec::D, rng);
+    q.upload(hq);
+    out.alloc(hq.size());
+    lse.alloc(static_cast<std::size_t>(qc.S) * Hq);
+    a.q = q.p;
+    a.out = out.p;
+    a.lse = lse.p;
+    a.q_heads = Hq;
+    a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(Codec::D));
+    a.num_splits = num_splits;
+    a.window_left = m.window_left;
+    a.logit_softcap = m.softcap;
+    a.workspace_bytes = attention::workspace_bytes<Codec>(qc.view(), Hq, num_splits);
+    ws.alloc(a.workspace_bytes);
+    a.workspace = ws.p;
+  }
+  void poison() { ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(half_t))); }
+};
+
+// Max relative error of the step's output against fp64 on the dequantized
+// cache (qc.lens); checks finiteness and lse (-inf for empty rows).
+template <class Codec>
+double check_step(quant_cache<Codec>& qc, step<Codec>& st, const mods& m, const std::string& name) {
+  constexpr int D = Codec::D;
+  ATTN_CUDA(cudaDeviceSynchronize());
+  const auto ho = st.out.download();
+  const auto hl = st.lse.download();
+  const int Hq = st.a.q_heads, group = Hq / qc.H;
+  double worst = 0, worst_lse = 0;
+  bool finite = true;
+  std::vector<double> K, V, qr(D), o(D);
+  for (int s = 0; s < qc.S; ++s)
+    for (int h = 0; h < qc.H; ++h) {
+      dequantized_kv<Codec>(qc, s, h, K, V);
+      for (int g = 0; g < group; ++g) {
+        const std::size_t row = static_cast<std::size_t>(s) * Hq + h * group + g;
+        for (int d = 0; d < D; ++d) qr[d] = st.hq[row * D + d].to_float();
+        fwht_d(qr.data(), D);
+        const double lref = attend_mod(qr.data(), K, V, qc.lens[s], D, st.a.softmax_scale, m, o.data());
+        fwht_d(o.data(), D);
+        std::vector<double> got(D);
+        for (int d = 0; d < D; ++d) {
+          got[d] = ho[row * D + d].to_float();
+          finite = finite && std::isfinite(got[d]);
+        }
+        worst = std::max(worst, rel_err(got.data(), o.data(), D));
+        if (qc.lens[s] > 0) {
+          worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(hl[row]) - lref));
+        } else {
+          finite = finite && std::isinf(hl[row]) && hl[row] < 0;
+        }
+      }
+    }
+  g_max_rel = std::max(g_max_rel, worst);
+  char buf[400];
+  std::snprintf(buf, sizeof buf, "%s: rel err vs fp64 %.2e (tol 1e-3), lse err %.1e", name.c_str(), worst, worst_lse);
+  std::printf("  %s\n", buf);
+  check(finite && worst <= 1e-3 && worst_lse <= 1e-3, buf);
+  return worst;
+}
+
+template <class Codec>
+void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const mods& m, std::uint64_t seed,
+               const char* name, bool also_one_call = true) {
+  case_cfg c;
+  c.num_seqs = static_cast<int>(lens.size());
+  c.kv_heads = kv_heads;
+  c.group = group;
+  c.sink = sink;
+  c.lens = lens;
+  std::mt19937_64 rng(seed);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  step<Codec> st(qc, kv_heads * group, rng, m);
+  attention::decode_plan plan;
+  st.poison();
+  status s = plan.plan<Codec>(qc.view(), qc.lens.data(), st.a);
+  check(s == status::success, std::string(name) + ": plan returns success (" + to_string(s) + ")");
+  s = plan.run<Codec>(qc.view(), st.a);
+  check(s == status::success, std::string(name) + ": run returns success (" + to_string(s) + ")");
+  char buf[300];
+  std::snprintf(buf, sizeof buf, "%s D=%d G=%d group=%d sink=%d window=%d cap=%g plan(%d CTAs, %d chunks, pool %d)",
+                name, Codec::D, Codec::G, group, sink ? 1 : 0, m.window_left, m.softcap, plan.ctas(), plan.chunks(),
+                plan.stage_pool() ? 1 : 0);
+  check_step<Codec>(qc, st, m, buf);
+  if (also_one_call) {
+    st.poison();
+    s = attention::paged_decode<Codec>(qc.view(), st.a);
+    check(s == status::success, std::string(name) + ": paged_decode returns success");
+    check_step<Codec>(qc, st, m, std::string(buf) + " one-call");
+  }
+}
+
+// Forced chunk counts and PDL off change results only by fp32 merge rounding.
+template <class Codec>
+void invariance_case() {
+  case_cfg c;
+  c.num_seqs = 4;
+  c.kv_heads = 2;
+  c.group = 4;
+  c.sink = true;
+  c.lens = {9 * Codec::G + 17, 1, 0, 40 * Codec::G};
+  std::mt19937_64 rng(91);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  step<Codec> base(qc, 8, rng, mods{}, 5);
+  attention::decode_plan plan;
+  check(plan.plan<Codec>(qc.view(), qc.lens.data(), base.a) == status::success, "plan (5 forced chunks)");
+  check(plan.run<Codec>(qc.view(), base.a) == status::success, "run (5 forced chunks)");
+  ATTN_CUDA(cudaDeviceSynchronize());
+  const auto ref = base.out.download();
+  double worst = 0;
+  for (int splits : {1, 2, 0}) {
+    for (bool pdl : {true, false}) {
+      step<Codec> st(qc, 8, rng, mods{}, splits);
+      ATTN_CUDA(cudaMemcpy(st.q.p, base.q.p, base.q.n * sizeof(half_t), cudaMemcpyDeviceToDevice));
+      st.a.pdl = pdl;
+      attention::decode_plan p2;
+      check(p2.plan<Codec>(qc.view(), qc.lens.data(), st.a) == status::success, "plan");
+      check(p2.run<Codec>(qc.view(), st.a) == status::success, "run");
+      ATTN_CUDA(cudaDeviceSynchronize());
+      const auto o = st.out.download();
+      for (std::size_t i = 0; i < o.size(); ++i) {
+        const double x = o[i].to_float(), y = ref[i].to_float();
+        worst = std::max(worst, std::fabs(x - y) / std::max(1.0, std::fabs(y)));
+      }
+    }
+  }
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "plan: chunk counts 5/1/2/auto x PDL on/off: max difference %.2e (<= 2e-3)", worst);
+  std::printf("  %s\n", buf);
+  check(worst <= 2e-3, buf);
+}
+
+// run() captured once in a CUDA graph; new lengths (device and host) and a new
+// plan before each replay; every replay checked against fp64.
+template <class Codec>
+void graph_case(bool small) {
+  constexpr int G = Codec::G;
+  case_cfg c;
+  c.num_seqs = 5;
+  c.kv_heads = 2;
+  c.group = 4;
+  c.sink = true;
+  // Tails 5, 0, 100, 1, 50 tokens: a later length's tail must not be longer
+  // than the built one (the tail slots past it hold NaN).
+  const std::vector<int> full = {small ? 6 * G + 5 : 70 * G + 5, 3 * G, 2 * G + 100, (small ? 12 : 20) * G + 1, 50};
+  c.lens = full;
+  std::mt19937_64 rng(123);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  const mods m{};
+  step<Codec> st(qc, 8, rng, m);
+  cudaStream_t stream;
+  ATTN_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  attention::decode_plan plan;
+  check(plan.plan<Codec>(qc.view(), qc.lens.data(), st.a, stream) == status::success, "graph: first plan");
+  cudaGraph_t graph;
+  ATTN_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const status rs = plan.run<Codec>(qc.view(), st.a, stream);
+  ATTN_CUDA(cudaStreamEndCapture(stream, &graph));
+  check(rs == status::success, std::string("graph: run captured (") + to_string(rs) + ")");
+  cudaGraphExec_t exec;
+  ATTN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  // Lengths within the cache's capacity (every length <= the built one, so
+  // every complete tile has a record): shrink, empty, one token, inside a tile.
+  const std::vector<std::vector<int>> steps = {
+      full,
+      {full[0] - 3, G, 0, 10 * G + 1, 49},
+      {G + 1, 3 * G, 2 * G, 0, 1},
+      {full[0], 0, 2 * G + 99, G + 1, 0},
+  };
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    qc.lens.assign(steps[k].begin(), steps[k].end());
+    ATTN_CUDA(cudaMemcpyAsync(qc.d_lens.p, qc.lens.data(), qc.lens.size() * sizeof(std::int32_t),
+                              cudaMemcpyHostToDevice, stream));
+    const status ps = plan.plan<Codec>(qc.view(), qc.lens.data(), st.a, stream);
+    check(ps == status::success, "graph: re-plan with new lengths");
+    ATTN_CUDA(cudaMemsetAsync(st.out.p, 0xFF, st.out.n * sizeof(half_t), stream));
+    ATTN_CUDA(cudaGraphLaunch(exec, stream));
+    ATTN_CUDA(cudaStreamSynchronize(stream));
+    char name[100];
+    std::snprintf(name, sizeof name, "graph replay %zu (%d chunks)", k, plan.chunks());
+    check_step<Codec>(qc, st, m, name);
+  }
+  ATTN_CUDA(cudaGraphExecDestroy(exec));
+  ATTN_CUDA(cudaGraphDestroy(graph));
+  // The one-call path is capturable too (lengths read on the device).
+  qc.lens = full;
+  ATTN_CUDA(cudaMemcpy(qc.d_lens.p, qc.lens.data(), qc.lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  ATTN_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const status os = attention::paged_decode<Codec>(qc.view(), st.a, stream);
+  ATTN_CUDA(cudaStreamEndCapture(stream, &graph));
+  check(os == status::success, "graph: paged_decode captured");
+  ATTN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  qc.lens = steps[1];
+  ATTN_CUDA(cudaMemcpy(qc.d_lens.p, qc.lens.data(), qc.lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  st.poison();
+  ATTN_CUDA(cudaGraphLaunch(exec, stream));
+  ATTN_CUDA(cudaStreamSynchronize(stream));
+  check_step<Codec>(qc, st, m, "graph replay of paged_decode with new lengths");
+  ATTN_CUDA(cudaGraphExecDestroy(exec));
+  ATTN_CUDA(cudaGraphDestroy(graph));
+  ATTN_CUDA(cudaStreamDestroy(stream));
+}
+
+// Out-of-range page ids in the device page table: the kernel skips those tiles
+// (nothing out of bounds), the launch succeeds, the context survives and the
+// next decode on a repaired table is correct.
+template <class Codec>
+void corrupt_table_case() {
+  constexpr int G = Codec::G;
+  case_cfg c;
+  c.num_seqs = 3;
+  c.kv_heads = 2;
+  c.group = 2;
+  c.lens = {10 * G + 3, 4 * G, 200 * G};
+  std::mt19937_64 rng(5);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  step<Codec> st(qc, 4, rng, mods{});
+  std::vector<std::int32_t> bad = qc.ptab;
+  bad[2] = 1 << 30;
+  bad[static_cast<std::size_t>(qc.max_pages) + 1] = -7;
+  bad[2 * static_cast<std::size_t>(qc.max_pages) + 150] = qc.num_pages;  // one past the end
+  ATTN_CUDA(cudaMemcpy(qc.d_ptab.p, bad.data(), bad.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  attention::decode_plan plan;
+  check(plan.plan<Codec>(qc.view(), qc.lens.data(), st.a) == status::success, "corrupt table: plan");
+  check(plan.run<Codec>(qc.view(), st.a) == status::success, "corrupt table: run");
+  check(attention::paged_decode<Codec>(qc.view(), st.a) == status::success, "corrupt table: one-call");
+  const cudaError_t e = cudaDeviceSynchronize();
+  check(e == cudaSuccess, std::string("corrupt table: the context survives (") + cudaGetErrorString(e) + ")");
+  bool finite = true;
+  for (const half_t& x : st.out.download()) finite = finite && std::isfinite(x.to_float());
+  check(finite, "corrupt table: outputs finite");
+  ATTN_CUDA(cudaMemcpy(qc.d_ptab.p, qc.ptab.data(), qc.ptab.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  check(plan.run<Codec>(qc.view(), st.a) == status::success, "repaired table: run");
+  check_step<Codec>(qc, st, mods{}, "repaired table after a corrupt one");
+}
+
+void api_case() {
+  using C = kvtile::presets::k4v2_g128<128>;
+  case_cfg c;
+  c.num_seqs = 2;
+  c.kv_heads = 2;
+  c.group = 2;
+  c.lens = {300, 5};
+  std::mt19937_64 rng(9);
+  quant_cache<C> qc;
+  original_kv orig;
+  build_cache<C>(c, rng, qc, orig);
+  step<C> st(qc, 4, rng, mods{});
+  attention::decode_plan plan;
+  check(plan.run<C>(qc.view(), st.a) == status::invalid_argument, "run before plan rejected");
+  check(plan.plan<C>(qc.view(), nullptr, st.a) == status::null_pointer, "plan without host lengths rejected");
+  check(plan.plan<C>(qc.view(), qc.lens.data(), st.a) == status::success, "plan");
+  auto a2 = st.a;
+  a2.window_left = 10;
+  check(plan.run<C>(qc.view(), a2) == status::invalid_argument, "run with another window than planned rejected");
+  a2 = st.a;
+  a2.logit_softcap = -1.0f;
+  check(attention::paged_decode<C>(qc.view(), a2) == status::invalid_argument, "negative soft-cap rejected");
+  a2.logit_softcap = INFINITY;
+  check(attention::paged_decode<C>(qc.view(), a2) == status::invalid_argument, "infinite soft-cap rejected");
+  check(attention::can_implement<C>(qc.view(), st.a) == status::success, "can_implement on this device (sm_90)");
+  check(std::string(to_string(status::unsupported_arch)) == "unsupported GPU architecture", "unsupported_arch text");
+  ATTN_CUDA(cudaDeviceSynchronize());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (int rc = require_device(); rc) return rc;
+  const bool small = argc > 1 && std::string(argv[1]) == "--small";
+  using namespace kvtile::presets;
+  using C = k4v2_g128<128>;
+  std::printf("plan/run, ragged lengths:\n");
+  plan_case<C>({0, 1, 127, 128, 129, 3 * 128 + 77, small ? 9 * 128 : 300 * 128 + 5}, 2, 4, true, mods{}, 1,
+               "k4v2_g128 ragged");
+  plan_case<C>({5, 1000, 0, 2 * 128}, 2, 8, false, mods{}, 2, "k4v2_g128 ragged group 8");
+  if (!small) {
+    plan_case<C>({64 * 128 + 1, 1, 129}, 1, 16, true, mods{}, 3, "k4v2_g128 group 16");
+    plan_case<C>({1 << 16}, 8, 4, false, mods{}, 4, "k4v2_g128 batch 1, 64K");
+    std::vector<int> lens(40);
+    std::mt19937 lr(17);
+    std::uniform_real_distribution<double> u(std::log(256.0), std::log(40000.0));
+    for (auto& l : lens) l = static_cast<int>(std::exp(u(lr)));
+    plan_case<C>(lens, 2, 4, true, mods{}, 5, "k4v2_g128 40 log-uniform lengths", false);
+    plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, false, mods{}, 6, "k4v2_g128 long (stage pool)");
+    plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900}, 2, 2, true, mods{}, 7,
+                                                  "k2v2_g128 fp16_scales D=64");
+  }
+  std::printf("window and soft-cap:\n");
+  plan_case<C>({1000, 1, 129, 5 * 128, 3000}, 2, 4, true, mods{200, 0.0f}, 11, "window 200");
+  plan_case<C>({1000, 64, 129, 3000}, 2, 4, true, mods{0, 0.0f}, 12, "window 0 (own token only)");
+  plan_case<C>({1000, 300, 3000}, 2, 4, false, mods{-1, 5.0f}, 13, "soft-cap 5");
+  plan_case<C>({2000, 1, 256, 700}, 2, 8, true, mods{300, 2.0f}, 14, "window 300 + soft-cap 2");
+  if (!small) {
+    plan_case<C>({150 * 128 + 7, 140 * 128}, 2, 4, false, mods{5000, 8.0f}, 15, "window 5000 + soft-cap 8 (pool)");
+    plan_case<k2v2_g128<64, kvtile::fp16_scales>>({900, 3 * 128}, 2, 2, true, mods{128, 3.0f}, 16,
+                                                  "k2v2_g128 fp16_scales D=64 window 128 + soft-cap 3");
+  }
+  std::printf("invariance:\n");
+  invariance_case<C>();
+  std::printf("CUDA graph:\n");
+  graph_case<C>(small);
+  std::printf("corrupt page table:\n");
+  corrupt_table_case<C>();
+  api_case();
+  std::printf("max relative error vs fp64: %.3e\n", g_max_rel);
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,167 @@
+// device/attention/detail/schedule.hpp: the host scheduler of decode_plan.
+// Every visible tile of every unit is covered exactly once (ragged lengths
+// including 0, 1 and lengths ending inside a tile, windows), the chunk count
+// stays within the workspace bound, and the makespan is close to the ideal.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <kvtile/device/attention/detail/schedule.hpp>
+
+namespace {
+
+using kvtile::attention::detail::make_schedule;
+using kvtile::attention::detail::max_chunks;
+using kvtile::attention::detail::schedule;
+using kvtile::attention::detail::schedule_request;
+using kvtile::attention::detail::tile_range;
+
+// Checks coverage and structure; returns the number of visible tiles.
+long long check_schedule(const schedule_request& r, const schedule& s) {
+  const int units = r.num_seqs * r.units_per_seq;
+  REQUIRE(s.spans.size() == static_cast<std::size_t>(units));
+  REQUIRE(s.cta_begin.size() == static_cast<std::size_t>(r.ctas) + 1);
+  CHECK(s.cta_begin.front() == 0);
+  CHECK(s.cta_begin.back() == s.chunks);
+  CHECK(std::is_sorted(s.cta_begin.begin(), s.cta_begin.end()));
+  CHECK(s.chunks <= max_chunks(units, r.ctas, r.forced_splits));
+  REQUIRE(s.items.size() == static_cast<std::size_t>(s.chunks));
+  // slot -> item; spans list consecutive slots; every slot used once
+  std::vector<int> item_of_slot(s.chunks, -1);
+  for (int i = 0; i < s.chunks; ++i) {
+    const auto& w = s.items[i];
+    REQUIRE(w.slot >= 0);
+    REQUIRE(w.slot < s.chunks);
+    CHECK(item_of_slot[w.slot] == -1);
+    item_of_slot[w.slot] = i;
+  }
+  long long tiles = 0;
+  for (int u = 0; u < units; ++u) {
+    const int seq = u / r.units_per_seq;
+    const auto t = tile_range(r.seq_lens[seq], r.tile_tokens, r.max_len, r.window_left);
+    const auto sp = s.spans[u];
+    int next = t.jlo;
+    for (int k = 0; k < sp.count; ++k) {
+      const auto& w = s.items[item_of_slot[sp.first + k]];
+      CHECK(w.unit == u);
+      CHECK(w.j0 == next);
+      CHECK(w.j1 > w.j0);
+      next = w.j1;
+    }
+    if (sp.count > 0) {
+      CHECK(next == t.n_tiles);
+    } else {
+      CHECK(t.n_tiles - t.jlo == 0);
+    }
+    tiles += t.n_tiles - t.jlo;
+  }
+  return tiles;
+}
+
+}  // namespace
+
+TEST_CASE("attention schedule: tile_range clamps and windows") {
+  auto t = tile_range(300, 128, 128 * 4 + 127, -1);
+  CHECK(t.len == 300);
+  CHECK(t.lo == 0);
+  CHECK(t.jlo == 0);
+  CHECK(t.n_tiles == 3);
+  t = tile_range(-5, 128, 1000, -1);
+  CHECK(t.len == 0);
+  CHECK(t.n_tiles == 0);
+  t = tile_range(1 << 30, 128, 128 * 4 + 127, -1);  // corrupt length: clamped to the page table
+  CHECK(t.len == 128 * 4 + 127);
+  CHECK(t.n_tiles == 5);
+  t = tile_range(1000, 128, 1 << 20, 200);  // query at 999 sees [799, 1000)
+  CHECK(t.lo == 799);
+  CHECK(t.jlo == 6);
+  CHECK(t.n_tiles == 8);
+  t = tile_range(1000, 128, 1 << 20, 0);  // only the query's own token
+  CHECK(t.lo == 999);
+  t = tile_range(100, 128, 1 << 20, 5000);  // window longer than the sequence
+  CHECK(t.lo == 0);
+}
+
+TEST_CASE("attention schedule: ragged lengths covered exactly once") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int S = 1 + static_cast<int>(rng() % 40);
+    std::vector<std::int32_t> lens(S);
+    for (auto& l : lens) {
+      const int kind = static_cast<int>(rng() % 5);
+      l = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? 128 * static_cast<int>(rng() % 20) : static_cast<int>(rng() % 70000);
+    }
+    schedule_request r;
+    r.seq_lens = lens.data();
+    r.num_seqs = S;
+    r.units_per_seq = 1 + static_cast<int>(rng() % 16);
+    r.tile_tokens = trial % 2 ? 128 : 64;
+    r.max_len = 1 << 20;
+    r.window_left = trial % 3 == 0 ? static_cast<int>(rng() % 9000) : -1;
+    r.ctas = trial % 4 == 0 ? 7 : 132;
+    r.rings = trial % 5 == 0 ? 12 : 8;
+    r.forced_splits = trial % 7 == 0 ? 1 + static_cast<int>(rng() % 5) : 0;
+    const schedule s = make_schedule(r);
+    check_schedule(r, s);
+  }
+}
+
+TEST_CASE("attention schedule: balance") {
+  // 32 sequences, lengths log-uniform over [256, 64K].
+  std::mt19937 rng(3);
+  std::vector<std::int32_t> lens(32);
+  std::uniform_real_distribution<double> u(std::log(256.0), std::log(65536.0));
+  for (auto& l : lens) l = static_cast<std::int32_t>(std::exp(u(rng)));
+  schedule_request r;
+  r.seq_lens = lens.data();
+  r.num_seqs = 32;
+  r.units_per_seq = 8;
+  r.tile_tokens = 128;
+  r.max_len = 1 << 20;
+  r.ctas = 132;
+  const schedule s = make_schedule(r);
+  const long long tiles = check_schedule(r, s);
+  // List scheduling's bound: makespan <= total cost / CTAs + the largest chunk's cost.
+  long long cost = 0, top = 0;
+  for (const auto& w : s.items) {
+    const long long c = kvtile::attention::detail::chunk_cost(w.j1 - w.j0, r.rings);
+    cost += c;
+    top = std::max(top, c);
+  }
+  CHECK(s.makespan <= cost / r.ctas + 1 + top);
+  // And within 40% of the ideal (tiles / CTAs, no overheads).
+  const double ideal = static_cast<double>(tiles) / r.ctas;
+  CHECK(static_cast<double>(s.makespan) <= 1.4 * ideal);
+  // Batch 1, 8 KV heads, 16K tokens: the 8 units are cut to fill the SMs.
+  std::vector<std::int32_t> one{16384};
+  r.seq_lens = one.data();
+  r.num_seqs = 1;
+  const schedule s1 = make_schedule(r);
+  check_schedule(r, s1);
+  CHECK(s1.chunks >= 100);
+  CHECK(s1.chunks <= 132);
+  // Batch 1 at 256K: 128 chunks of 128 tiles (one per CTA) beat 2 per CTA.
+  std::vector<std::int32_t> one_long{262144};
+  r.seq_lens = one_long.data();
+  const schedule s4 = make_schedule(r);
+  check_schedule(r, s4);
+  CHECK(s4.chunks == 128);
+  // 16 x 64K, 8 KV heads: 128 units for 132 CTAs, no split is best.
+  std::vector<std::int32_t> big(16, 65536);
+  r.seq_lens = big.data();
+  r.num_seqs = 16;
+  const schedule s2 = make_schedule(r);
+  check_schedule(r, s2);
+  CHECK(s2.chunks == 128);
+  // Empty batch: no chunks, every span empty.
+  std::vector<std::int32_t> zeros(5, 0);
+  r.seq_lens = zeros.data();
+  r.num_seqs = 5;
+  const schedule s3 = make_schedule(r);
+  check_schedule(r, s3);
+  CHECK(s3.chunks == 0);
+}
