@@ -143,13 +143,12 @@ def main():
                      "graph": eng.graph is not None, "batching_token_agreement": float(np.mean(same)),
                      "seconds": time.perf_counter() - t0})
         print(rows[-1], flush=True)
+        write(args, rows, None)
 
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "transformers": __import__("transformers").__version__, "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "command": " ".join(["python3"] + sys.argv), "args": vars(args)}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    write(args, rows, table_lines(args, rows))
+
+
+def table_lines(args, rows):
     lines = ["| cache | token agreement (greedy, %d x %d new) | agreeing prefix | NLL nats/byte | KL vs fp16 | "
              "tokens/s (batching) | decode step ms | cache bytes/token |" % (args.gen_batch, args.new),
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -157,6 +156,18 @@ def main():
         lines.append("| %s | %.3f | %.1f | %.4f | %.2e | %.0f | %.2f | %.0f |" % (
             r["cache"], r["token_agreement"], r["agree_prefix"], r["nll"] if r["nll"] is not None else float("nan"),
             r["kl"], r["tokens_per_s"], r["decode_step_ms"], r["bytes_per_token"]))
+    return lines
+
+
+def write(args, rows, lines):
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "transformers": __import__("transformers").__version__, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "command": " ".join(["python3"] + sys.argv), "args": vars(args)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    if lines is None:
+        return
     table = "\n".join(lines)
     print(table)
     if args.md:

@@ -208,5 +208,5 @@ def register(name="kvtile"):
         from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
         ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
-    except ImportError:  # older layouts: the default mask is used
+    except (ImportError, AttributeError):  # older layouts: the default mask is used
         pass

@@ -11,7 +11,7 @@ def tiles(n=2, g=128, d=128, dtype=torch.float32, seed=0):
     gen = torch.Generator().manual_seed(seed)
     k = torch.randn(n, g, d, generator=gen)
     k[:, :, 3] += 8.0  # an outlier channel, as trained models' keys have
-    v = torch.randn(n, g, d, generator=gen) + 0.5
+    v = torch.randn(n, g, d, generator=gen)
     return k.to(dtype), v.to(dtype)
 
 
@@ -25,16 +25,23 @@ def test_preset_info():
             assert kvtile.preset_info(name, d)["record_bytes"] > 0
 
 
-@pytest.mark.parametrize("preset,bound", [("k4v2_g128", 0.15), ("k4v4_g128", 0.1), ("k2v2_g128", 0.35)])
+# Relative error bounds for Gaussian tiles: RTN over a per-row min-max range of
+# 128 Gaussian values leaves about range / (2^b - 1) / sqrt(12) ~ 0.09 sigma at
+# 4 bits and ~0.5 sigma at 2 bits (measured: 0.085-0.10 and 0.42-0.52).
+BOUND = {2: 0.6, 4: 0.13}
+
+
+@pytest.mark.parametrize("preset", ["k4v2_g128", "k4v4_g128", "k2v2_g128"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_round_trip(preset, bound, dtype):
+def test_round_trip(preset, dtype):
     k, v = tiles(dtype=dtype)
+    info = kvtile.preset_info(preset, 128)
     rec = kvtile.encode_tiles(k, v, preset)
-    assert rec.dtype == torch.uint8 and rec.shape == (2, kvtile.preset_info(preset, 128)["record_bytes"])
+    assert rec.dtype == torch.uint8 and rec.shape == (2, info["record_bytes"])
     k2, v2 = kvtile.decode_tiles(rec, preset, 128)
-    for a, b in ((k.float(), k2), (v.float(), v2)):
+    for a, b, bits in ((k.float(), k2, info["key_bits"]), (v.float(), v2, info["value_bits"])):
         rel = ((a - b).norm() / a.norm()).item()
-        assert 0 < rel < bound
+        assert 0 < rel < BOUND[bits]
     # tiles are independent: encoding one alone gives the same bytes
     assert torch.equal(kvtile.encode_tiles(k[1:].contiguous(), v[1:].contiguous(), preset), rec[1:])
 

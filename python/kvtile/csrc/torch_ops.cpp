@@ -158,6 +158,7 @@ kvtile_ops_stream current_stream(const checker& c) {
   TORCH_CHECK(false, op, ": this build of kvtile has no CUDA support (built without a CUDA compiler/toolkit)");
 }
 
+#ifdef KVTILE_WITH_CUDA
 // Checks the cache tensors and fills the descriptor.
 //   pages [num_pages, kv_heads, record_bytes] uint8, page_table [num_seqs, max_pages] int32,
 //   seq_lens [num_seqs] int32, tail_k/v [num_slots, kv_heads, G, D] fp16, sinks like tails or None,
@@ -253,6 +254,8 @@ void tokens(checker& c, const Tensor& t, const char* name, int64_t rows, int64_t
   c.shape(t, name, {rows, kv_heads, head_dim});
   c.contiguous(t, name);
 }
+
+#endif
 
 void prefill(const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens, const Tensor& tail_k,
              const Tensor& tail_v, const optional<Tensor>& sink_k, const optional<Tensor>& sink_v,
