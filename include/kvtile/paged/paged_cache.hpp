@@ -6,13 +6,23 @@
 //                                                    a page holds one tile (G tokens)
 //   page_table [num_seqs][max_pages_per_seq] int32   page of tile i of sequence s
 //   seq_lens   [num_seqs] int32                      tokens in sequence s
-//   tail_k/v   [num_seqs][kv_heads][G][D] fp16       the tile still filling, ROTATED
-//   sink_k/v   [num_seqs][kv_heads][G][D] fp16       optional: the first tile kept
+//   tail_k/v   [num_slots][kv_heads][G][D] fp16      the tile still filling, ROTATED
+//   sink_k/v   [num_slots][kv_heads][G][D] fp16      optional: the first tile kept
 //                                                    unquantized (ROTATED); null = off
+//   tail_slots [num_seqs] int32                      optional: slot of sequence s in the
+//                                                    tail/sink pools; null = slot s
 // Sequence s with length L holds n_full = L / G complete tiles and L % G tail
 // tokens. Complete tile i lives in page page_table[s][i], except that with the
 // sink on, tile 0 lives in sink_k/v[s] and page_table[s][0] is not read.
 // The view is passed by value to kernels.
+//
+// Slots (the engine-facing layout): tails and sinks are a pool of num_slots
+// slots, and sequence s (row s of page_table, seq_lens and the kernels' token
+// inputs) uses slot tail_slots[s]. An engine that reorders, adds or retires
+// sequences rewrites page_table rows, seq_lens and tail_slots, never the fp16
+// data. Without tail_slots, slot = s and the pools hold num_slots >= num_seqs
+// slots (num_slots = 0 means num_seqs). Slots must be distinct among the
+// sequences of one launch with seq_lens > 0 (validate_slots checks a host copy).
 //
 // Writers (include/kvtile/device/paged/, docs/gpu-codec.md): append and
 // prefill take seq_lens that already INCLUDE the tokens they write, and never
@@ -45,15 +55,21 @@ struct paged_cache_view {
   std::int32_t max_pages_per_seq = 0;
   std::int32_t num_pages = 0;
   std::int64_t record_bytes = 0;
+  const std::int32_t* tail_slots = nullptr;  // [num_seqs] or null (slot = sequence index)
+  std::int32_t num_slots = 0;                // tail/sink pool size in slots; 0: num_seqs
 
   KVTILE_HOST_DEVICE bool has_sink() const { return sink_k != nullptr; }
+  KVTILE_HOST_DEVICE std::int32_t slots() const { return num_slots > 0 ? num_slots : num_seqs; }
+  // Slot of sequence seq in the tail/sink pools.
+  KVTILE_HOST_DEVICE std::int32_t tail_slot(std::int32_t seq) const { return tail_slots ? tail_slots[seq] : seq; }
 
   KVTILE_HOST_DEVICE std::uint8_t* record(std::int32_t page, std::int32_t head) const {
     return pages + (static_cast<std::int64_t>(page) * kv_heads + head) * record_bytes;
   }
-  // First element of the fp16 tail (or sink) tile of (seq, head): G x D, token-major.
+  // First element of the fp16 tail (or sink) tile of (seq, head): G x D,
+  // token-major, in slot tail_slot(seq) of the pools.
   KVTILE_HOST_DEVICE std::int64_t tile_offset(std::int32_t seq, std::int32_t head) const {
-    return (static_cast<std::int64_t>(seq) * kv_heads + head) * tile_tokens * head_dim;
+    return (static_cast<std::int64_t>(tail_slot(seq)) * kv_heads + head) * tile_tokens * head_dim;
   }
 };
 
@@ -68,11 +84,13 @@ inline status validate_structure(const paged_cache_view& v, std::int64_t expecte
   if (v.tile_tokens != expected_tile_tokens) return status::unsupported_tile_tokens;
   if (v.record_bytes != expected_record_bytes) return status::invalid_argument;
   if (v.num_seqs < 0 || v.kv_heads <= 0 || v.max_pages_per_seq < 0 || v.num_pages < 0) return status::invalid_argument;
+  if (v.num_slots < 0 || (!v.tail_slots && v.num_slots > 0 && v.num_slots < v.num_seqs)) return status::invalid_argument;
+  if (v.tail_slots && v.num_seqs > 0 && v.num_slots <= 0) return status::invalid_argument;
   if (v.head_dim <= 0 || v.tile_tokens <= 0 || v.record_bytes <= 0) return status::invalid_argument;
   // Every offset record() and tile_offset() compute must fit in int64 (no signed overflow).
   constexpr std::int64_t max_offset = INT64_MAX;
   if (static_cast<std::int64_t>(v.num_pages) * v.kv_heads > max_offset / v.record_bytes ||
-      static_cast<std::int64_t>(v.num_seqs) * v.kv_heads > max_offset / (static_cast<std::int64_t>(v.tile_tokens) * v.head_dim))
+      static_cast<std::int64_t>(v.slots()) * v.kv_heads > max_offset / (static_cast<std::int64_t>(v.tile_tokens) * v.head_dim))
     return status::invalid_argument;
   if (reinterpret_cast<std::uintptr_t>(v.pages) % 16 != 0 || v.record_bytes % 16 != 0) return status::misaligned;
   if (reinterpret_cast<std::uintptr_t>(v.tail_k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(v.tail_v) % 16 != 0)
@@ -104,6 +122,26 @@ inline status validate_tables(const paged_cache_view& v, const std::int32_t* hos
         if (scratch_page_marks[p]) return status::invalid_argument;
         scratch_page_marks[p] = 1;
       }
+    }
+  }
+  return status::success;
+}
+
+// Checks a host copy of tail_slots (when the view has one) against the host
+// copy of the lengths: every sequence with seq_lens > 0 has a slot in
+// [0, slots()), and no two of them share a slot. scratch_slot_marks: optional,
+// slots() bytes, zeroed by the caller.
+inline status validate_slots(const paged_cache_view& v, const std::int32_t* host_tail_slots,
+                             const std::int32_t* host_seq_lens, std::uint8_t* scratch_slot_marks = nullptr) {
+  if (!v.tail_slots) return status::success;
+  if (!host_tail_slots || !host_seq_lens) return status::null_pointer;
+  for (std::int32_t s = 0; s < v.num_seqs; ++s) {
+    if (host_seq_lens[s] <= 0) continue;
+    const std::int32_t slot = host_tail_slots[s];
+    if (slot < 0 || slot >= v.slots()) return status::invalid_argument;
+    if (scratch_slot_marks) {
+      if (scratch_slot_marks[slot]) return status::invalid_argument;
+      scratch_slot_marks[slot] = 1;
     }
   }
   return status::success;

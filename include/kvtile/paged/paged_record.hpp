@@ -1,0 +1,61 @@
+// kvtile/paged/paged_record.hpp: what a record of the paged cache is, on the
+// host: the paged kernels' flag bits, the codec they encode pages with, and the
+// host model of their per-token rotation (device/paged/paged_common.cuh has the
+// device side and the contract). Host code (tests, the host codec ops of
+// kvtile_ops) builds byte-identical pages from these.
+#pragma once
+
+#include <cstdint>
+
+#include "../codec/element.hpp"
+#include "../codec/tile_codec.hpp"
+#include "../config.hpp"
+#include "../numeric/half.hpp"
+#include "../rotation/identity.hpp"
+
+KVTILE_NAMESPACE_BEGIN
+namespace device {
+
+enum paged_flag : std::int32_t {
+  paged_flag_non_finite = 1,    // NaN/Inf input replaced by 0
+  paged_flag_saturated = 2,     // a rotated value exceeded fp16 range and was saturated to +-65504
+  paged_flag_encode_failed = 4, // a tile's encode returned out_of_range (cannot happen with fp16 tails)
+  paged_flag_bad_page = 8,      // page_table entry outside [0, num_pages): tile skipped
+  paged_flag_bad_length = 16,   // seq_lens / cu_seqlens inconsistent: sequence skipped
+};
+
+// Codec used for paged records: same config, normalizer, rounding and packing,
+// identity rotation (the input is already rotated).
+template <class Codec>
+using paged_record_codec = tile_codec<typename Codec::config, identity, typename Codec::normalizer,
+                                      typename Codec::rounding, typename Codec::packer>;
+
+// Host reference of rotate_to_half for one token (the tests' cache model).
+template <class Rotation, int D, class T>
+inline unsigned host_rotate_to_half(const T* src, half_t* dst) {
+  float v[D];
+  unsigned f = 0;
+  for (int d = 0; d < D; ++d) {
+    float x = detail::element_to_float(src[d]);
+    if (!detail::is_finite(x)) {
+      x = 0.0f;
+      f |= paged_flag_non_finite;
+    }
+    v[d] = x;
+  }
+  Rotation::template forward<D>(v);
+  for (int d = 0; d < D; ++d) {
+    float x = v[d];
+    if (detail::is_nan(x)) {
+      x = 0.0f;
+      f |= paged_flag_saturated;
+    } else if (!((x < 0 ? -x : x) <= half_t::max_finite)) {
+      f |= paged_flag_saturated;
+    }
+    dst[d] = detail::element_from_float<half_t>(x);
+  }
+  return f;
+}
+
+}  // namespace device
+KVTILE_NAMESPACE_END

@@ -1,0 +1,192 @@
+/* kvtile_ops.h: the C ABI of libkvtile_ops, a prebuilt instantiation of kvtile's
+ * header-only templates (host codec, paged store, page dequantization, decode
+ * attention) behind extern "C" functions over plain pointers, sizes, a CUDA
+ * stream and a preset/shape descriptor. C99, no CUDA headers needed.
+ *
+ * Instantiated set (kvtile_ops_supported() answers at run time):
+ *   presets    KVTILE_OPS_K4V2_G128, KVTILE_OPS_K4V4_G128, KVTILE_OPS_K2V2_G128
+ *              (KVarN: Hadamard, Sinkhorn(8), RTN, FP8 E4M3 scales; the
+ *              kvtile::presets aliases of the same names)
+ *   head_dim   device functions: k4v2_g128 at 64, 128 and 256; k4v4_g128 and
+ *              k2v2_g128 at 128 (each (preset, head_dim) is one translation
+ *              unit; the set is kept small for build time). Host codec: all
+ *              three presets at 64, 128 and 256.
+ *   tokens     fp16 or bf16 (prefill, append); queries fp16 or bf16 (decode)
+ * The host codec functions (kvtile_ops_encode_tiles_host,
+ * kvtile_ops_decode_tiles_host) need no GPU.
+ *
+ * Every function returns a kvtile_ops_status (0 = success). On failure,
+ * kvtile_ops_last_error() returns a message for the calling thread that names
+ * the function and the argument. Memory layouts are those of
+ * kvtile/paged/paged_cache.hpp; docs/python.md describes the lifecycle.
+ */
+#ifndef KVTILE_OPS_H
+#define KVTILE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define KVTILE_OPS_API
+#else
+#define KVTILE_OPS_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The same type as cudaStream_t (struct CUstream_st*); NULL = legacy default stream. */
+typedef struct CUstream_st* kvtile_ops_stream;
+
+/* Values of kvtile::status, plus the ABI's own. */
+typedef enum kvtile_ops_status {
+  KVTILE_OPS_SUCCESS = 0,
+  KVTILE_OPS_NON_FINITE_INPUT = 1, /* warning: NaN/Inf inputs were replaced by 0, output written */
+  KVTILE_OPS_NULL_POINTER = 2,
+  KVTILE_OPS_INVALID_ARGUMENT = 3,
+  KVTILE_OPS_MISALIGNED = 4,
+  KVTILE_OPS_UNSUPPORTED_HEAD_DIM = 5,
+  KVTILE_OPS_UNSUPPORTED_TILE_TOKENS = 6,
+  KVTILE_OPS_UNSUPPORTED_BITS = 7,
+  KVTILE_OPS_UNSUPPORTED_DTYPE = 8,
+  KVTILE_OPS_OUT_OF_RANGE = 9,
+  KVTILE_OPS_CORRUPT_RECORD = 10,
+  KVTILE_OPS_INSUFFICIENT_SPACE = 11,
+  KVTILE_OPS_CUDA_ERROR = 12,
+  KVTILE_OPS_NO_DEVICE = 13,
+  KVTILE_OPS_UNSUPPORTED_PRESET = 100 /* preset id not in the instantiated set */
+} kvtile_ops_status;
+
+typedef enum kvtile_ops_preset {
+  KVTILE_OPS_K4V2_G128 = 0, /* the default: 4-bit keys, 2-bit values, 128-token tiles */
+  KVTILE_OPS_K4V4_G128 = 1,
+  KVTILE_OPS_K2V2_G128 = 2,
+  KVTILE_OPS_NUM_PRESETS = 3
+} kvtile_ops_preset;
+
+typedef enum kvtile_ops_dtype {
+  KVTILE_OPS_FP16 = 0,
+  KVTILE_OPS_BF16 = 1,
+  KVTILE_OPS_FP32 = 2 /* host codec only */
+} kvtile_ops_dtype;
+
+typedef enum kvtile_ops_frame {
+  KVTILE_OPS_FRAME_ORIGINAL = 0, /* the rotation undone (the default everywhere) */
+  KVTILE_OPS_FRAME_ROTATED = 1
+} kvtile_ops_frame;
+
+/* What a (preset, head_dim) stores. */
+typedef struct kvtile_ops_preset_info {
+  int32_t tile_tokens;  /* G */
+  int32_t key_bits;
+  int32_t value_bits;
+  int64_t record_bytes; /* one record: one (page, KV head), G tokens of K and V */
+  double bits_per_element;
+} kvtile_ops_preset_info;
+
+/* A paged quantized cache (kvtile::paged_cache_view). Device pointers.
+ *   pages       [num_pages][kv_heads][record_bytes] uint8, 16-byte aligned
+ *   page_table  [num_seqs][max_pages_per_seq] int32
+ *   seq_lens    [num_seqs] int32 (lengths that already include the tokens a
+ *               prefill/append writes)
+ *   tail_k/v    [num_slots][kv_heads][G][head_dim] fp16, rotated frame
+ *   sink_k/v    same shape, or both NULL (sink off)
+ *   tail_slots  [num_seqs] int32 slot of each sequence in the tail/sink pools,
+ *               or NULL (slot = sequence index; then num_slots >= num_seqs or 0) */
+typedef struct kvtile_ops_cache {
+  int32_t preset; /* kvtile_ops_preset */
+  int32_t head_dim;
+  int32_t kv_heads;
+  int32_t num_seqs;
+  int32_t max_pages_per_seq;
+  int32_t num_pages;
+  int32_t num_slots;
+  void* pages;
+  const int32_t* page_table;
+  const int32_t* seq_lens;
+  void* tail_k;
+  void* tail_v;
+  void* sink_k;
+  void* sink_v;
+  const int32_t* tail_slots;
+} kvtile_ops_cache;
+
+/* An fp16 paged cache (kvtile::fp16_paged_cache_view), for the fp16 decode
+ * baseline: k, v [num_pages][kv_heads][page_tokens = 64][head_dim] fp16, original frame. */
+typedef struct kvtile_ops_fp16_cache {
+  int32_t head_dim;
+  int32_t kv_heads;
+  int32_t num_seqs;
+  int32_t max_pages_per_seq;
+  int32_t num_pages;
+  void* k;
+  void* v;
+  const int32_t* page_table;
+  const int32_t* seq_lens;
+} kvtile_ops_fp16_cache;
+
+/* ---- information ---------------------------------------------------------- */
+KVTILE_OPS_API const char* kvtile_ops_status_string(int status);
+/* Message of the calling thread's last failed call ("" if none). */
+KVTILE_OPS_API const char* kvtile_ops_last_error(void);
+KVTILE_OPS_API const char* kvtile_ops_version(void);
+KVTILE_OPS_API const char* kvtile_ops_preset_name(int preset);
+/* 1 when the device functions exist for (preset, head_dim), 0 otherwise. */
+KVTILE_OPS_API int kvtile_ops_supported(int preset, int head_dim);
+KVTILE_OPS_API int kvtile_ops_get_preset_info(int preset, int head_dim, kvtile_ops_preset_info* info);
+/* Tokens per page of the fp16 baseline cache (64). */
+KVTILE_OPS_API int32_t kvtile_ops_fp16_page_tokens(void);
+
+/* ---- host codec (no GPU) --------------------------------------------------- */
+/* Encodes num_tiles tiles: keys/values [num_tiles][G][head_dim] in dtype
+ * (fp16, bf16 or fp32), records [num_tiles][record_bytes]. paged = 0: the
+ * codec of the preset (kvtile::presets::...::encode). paged = 1: the record the
+ * paged store writes for these tokens (rotation, fp16 rounding, then the codec
+ * with identity rotation: byte-identical to prefill/append's pages). Tiles are
+ * independent; a non-finite input gives KVTILE_OPS_NON_FINITE_INPUT (records written). */
+KVTILE_OPS_API int kvtile_ops_encode_tiles_host(int preset, int head_dim, int dtype, const void* keys,
+                                                const void* values, int64_t num_tiles, void* records, int paged);
+/* Decodes num_tiles records into keys/values [num_tiles][G][head_dim] (dtype
+ * fp16, bf16 or fp32) in the given frame (kvtile_ops_frame). */
+KVTILE_OPS_API int kvtile_ops_decode_tiles_host(int preset, int head_dim, const void* records, int64_t num_tiles,
+                                                int dtype, void* keys, void* values, int frame);
+
+/* ---- paged store (device) ---------------------------------------------------- */
+/* k, v: [total_tokens][kv_heads][head_dim] in dtype (fp16/bf16), sequence s at
+ * rows [cu_seqlens[s], cu_seqlens[s+1]) (device int32, num_seqs + 1 entries);
+ * max_tokens_per_seq bounds the chunk lengths; flags: optional [num_seqs]
+ * int32 (kvtile::device::paged_flag bits OR-ed in). */
+KVTILE_OPS_API int kvtile_ops_prefill(const kvtile_ops_cache* cache, int dtype, const void* k, const void* v,
+                                      const int32_t* cu_seqlens, int64_t max_tokens_per_seq, int32_t* flags,
+                                      kvtile_ops_stream stream);
+/* k_new, v_new: [num_seqs][kv_heads][head_dim], one token per sequence with seq_lens > 0. */
+KVTILE_OPS_API int kvtile_ops_append(const kvtile_ops_cache* cache, int dtype, const void* k_new, const void* v_new,
+                                     int32_t* flags, kvtile_ops_stream stream);
+/* Pages page_ids[0..count) -> out_k, out_v [count][kv_heads][G][head_dim] fp16. */
+KVTILE_OPS_API int kvtile_ops_dequantize_pages(const kvtile_ops_cache* cache, const int32_t* page_ids, int32_t count,
+                                               void* out_k, void* out_v, int frame, kvtile_ops_stream stream);
+
+/* ---- decode attention (device) -------------------------------------------------- */
+/* One query token per sequence: q, out [num_seqs][q_heads][head_dim] in
+ * q_dtype (fp16/bf16, original frame), lse [num_seqs][q_heads] fp32 or NULL.
+ * workspace: kvtile_ops_decode_workspace_bytes() bytes of device memory,
+ * 16-byte aligned. num_splits 0 = automatic. Capturable in a CUDA graph once
+ * the same configuration has run once outside the capture. */
+KVTILE_OPS_API int kvtile_ops_decode_workspace_bytes(const kvtile_ops_cache* cache, int q_heads, int num_splits,
+                                                     size_t* bytes);
+KVTILE_OPS_API int kvtile_ops_decode(const kvtile_ops_cache* cache, int q_dtype, const void* q, void* out, float* lse,
+                                     int q_heads, float softmax_scale, void* workspace, size_t workspace_bytes,
+                                     int num_splits, kvtile_ops_stream stream);
+/* The same over an fp16 paged cache (the baseline kernel). */
+KVTILE_OPS_API int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache* cache, int q_heads,
+                                                          int num_splits, size_t* bytes);
+KVTILE_OPS_API int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, int q_dtype, const void* q, void* out,
+                                          float* lse, int q_heads, float softmax_scale, void* workspace,
+                                          size_t workspace_bytes, int num_splits, kvtile_ops_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVTILE_OPS_H */

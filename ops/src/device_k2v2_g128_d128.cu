@@ -1,0 +1,4 @@
+// ops/src/device_k2v2_g128_d128.cu: kvtile_ops device functions of preset k2v2_g128, head_dim 128.
+#include "device_ops.cuh"
+
+KVTILE_OPS_DEVICE_TABLE(k2v2_g128, KVTILE_OPS_K2V2_G128, 128)

@@ -1,0 +1,118 @@
+// ops/src/device_ops.cuh: the device functions of one (preset, head_dim),
+// instantiated once in its own translation unit (device_<preset>_d<D>.cu) so
+// that the build parallelizes and each TU stays small.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <kvtile/device/attention/paged_decode.cuh>
+#include <kvtile/device/paged/append.cuh>
+#include <kvtile/device/paged/dequantize_pages.cuh>
+#include <kvtile/device/paged/prefill.cuh>
+
+#include "ops_internal.hpp"
+
+namespace kvtile_ops {
+
+// A launch's status, with the CUDA error string when the launch itself failed.
+inline int launch_result(kvtile::status s, const char* function) {
+  if (s == kvtile::status::cuda_error) {
+    const cudaError_t e = cudaPeekAtLastError();
+    return fail(KVTILE_OPS_CUDA_ERROR, "%s: CUDA error: %s", function, cudaGetErrorString(e));
+  }
+  return from_status(s, function);
+}
+
+template <class Codec>
+struct device_ops {
+  using half_t = kvtile::half_t;
+  using bf16_t = kvtile::bfloat16_t;
+
+  static int prefill(const kvtile_ops_cache& c, int dtype, const void* k, const void* v, const std::int32_t* cu,
+                     std::int64_t max_tokens, std::int32_t* flags, kvtile_ops_stream stream) {
+    const auto view = make_view<Codec>(c);
+    const auto st = reinterpret_cast<cudaStream_t>(stream);
+    if (dtype == KVTILE_OPS_FP16)
+      return launch_result(kvtile::device::launch_prefill<Codec, half_t>(view, static_cast<const half_t*>(k),
+                                                                         static_cast<const half_t*>(v), cu, max_tokens,
+                                                                         flags, st),
+                           "kvtile_ops_prefill");
+    if (dtype == KVTILE_OPS_BF16)
+      return launch_result(kvtile::device::launch_prefill<Codec, bf16_t>(view, static_cast<const bf16_t*>(k),
+                                                                         static_cast<const bf16_t*>(v), cu, max_tokens,
+                                                                         flags, st),
+                           "kvtile_ops_prefill");
+    return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_prefill: tokens must be fp16 or bf16 (dtype %d)", dtype);
+  }
+
+  static int append(const kvtile_ops_cache& c, int dtype, const void* k, const void* v, std::int32_t* flags,
+                    kvtile_ops_stream stream) {
+    const auto view = make_view<Codec>(c);
+    const auto st = reinterpret_cast<cudaStream_t>(stream);
+    if (dtype == KVTILE_OPS_FP16)
+      return launch_result(kvtile::device::launch_append<Codec, half_t>(view, static_cast<const half_t*>(k),
+                                                                        static_cast<const half_t*>(v), flags, st),
+                           "kvtile_ops_append");
+    if (dtype == KVTILE_OPS_BF16)
+      return launch_result(kvtile::device::launch_append<Codec, bf16_t>(view, static_cast<const bf16_t*>(k),
+                                                                        static_cast<const bf16_t*>(v), flags, st),
+                           "kvtile_ops_append");
+    return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_append: tokens must be fp16 or bf16 (dtype %d)", dtype);
+  }
+
+  static int dequantize_pages(const kvtile_ops_cache& c, const std::int32_t* ids, std::int32_t count, void* ok,
+                              void* ov, int frame, kvtile_ops_stream stream) {
+    if (frame != KVTILE_OPS_FRAME_ORIGINAL && frame != KVTILE_OPS_FRAME_ROTATED)
+      return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_dequantize_pages: frame %d is not 0 or 1", frame);
+    const auto view = make_view<Codec>(c);
+    return launch_result(
+        kvtile::device::launch_dequantize_pages<Codec>(
+            view, ids, count, static_cast<half_t*>(ok), static_cast<half_t*>(ov),
+            frame == KVTILE_OPS_FRAME_ORIGINAL ? kvtile::frame::original : kvtile::frame::rotated,
+            reinterpret_cast<cudaStream_t>(stream)),
+        "kvtile_ops_dequantize_pages");
+  }
+
+  static int decode_workspace_bytes(const kvtile_ops_cache& c, int q_heads, int num_splits, std::size_t* bytes) {
+    const auto view = make_view<Codec>(c);
+    *bytes = kvtile::attention::workspace_bytes<Codec>(view, q_heads, num_splits);
+    return KVTILE_OPS_SUCCESS;
+  }
+
+  template <class QT>
+  static int decode_as(const kvtile_ops_cache& c, const void* q, void* out, float* lse, int q_heads, float scale,
+                       void* ws, std::size_t ws_bytes, int num_splits, kvtile_ops_stream stream) {
+    const auto view = make_view<Codec>(c);
+    kvtile::attention::decode_args<QT> a;
+    a.q = static_cast<const QT*>(q);
+    a.out = static_cast<QT*>(out);
+    a.lse = lse;
+    a.q_heads = q_heads;
+    a.softmax_scale = scale;
+    a.workspace = ws;
+    a.workspace_bytes = ws_bytes;
+    a.num_splits = num_splits;
+    return launch_result(kvtile::attention::paged_decode<Codec>(view, a, reinterpret_cast<cudaStream_t>(stream)),
+                         "kvtile_ops_decode");
+  }
+
+  static int decode(const kvtile_ops_cache& c, int q_dtype, const void* q, void* out, float* lse, int q_heads,
+                    float scale, void* ws, std::size_t ws_bytes, int num_splits, kvtile_ops_stream stream) {
+    if (q_dtype == KVTILE_OPS_FP16)
+      return decode_as<half_t>(c, q, out, lse, q_heads, scale, ws, ws_bytes, num_splits, stream);
+    if (q_dtype == KVTILE_OPS_BF16)
+      return decode_as<bf16_t>(c, q, out, lse, q_heads, scale, ws, ws_bytes, num_splits, stream);
+    return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_decode: queries must be fp16 or bf16 (dtype %d)", q_dtype);
+  }
+
+  static constexpr device_table table{&prefill, &append, &dequantize_pages, &decode_workspace_bytes, &decode};
+};
+
+}  // namespace kvtile_ops
+
+// Defines kvtile_ops::table_<name>_d<D>, the device_table of preset <name> at head_dim D.
+#define KVTILE_OPS_DEVICE_TABLE(name, preset_id, D)                                              \
+  namespace kvtile_ops {                                                                         \
+  extern const device_table table_##name##_d##D;                                                 \
+  const device_table table_##name##_d##D = device_ops<preset_codec<preset_id, D>::type>::table; \
+  }

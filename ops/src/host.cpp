@@ -1,0 +1,186 @@
+// ops/src/host.cpp: kvtile_ops functions that need no GPU: status strings and
+// messages, preset information, and the host codec over tiles.
+#include <kvtile/codec/element.hpp>
+#include <kvtile/paged/paged_record.hpp>
+#include <kvtile/version.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops_internal.hpp"
+
+namespace kvtile_ops {
+
+namespace {
+thread_local std::string last_error;
+}
+
+int fail(int code, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  last_error = buf;
+  return code;
+}
+
+int from_status(kvtile::status s, const char* function) {
+  if (s == kvtile::status::success) return KVTILE_OPS_SUCCESS;
+  const int code = static_cast<int>(s);
+  if (s == kvtile::status::non_finite_input) {
+    fail(code, "%s: %s", function, kvtile::to_string(s));  // a warning: the output was written
+    return code;
+  }
+  return fail(code, "%s: %s", function, kvtile::to_string(s));
+}
+
+}  // namespace kvtile_ops
+
+using namespace kvtile_ops;
+
+namespace {
+
+template <class T, class Tag>
+int encode_typed(const void* keys, const void* values, std::int64_t n, void* records, int paged, Tag) {
+  using Codec = typename Tag::type;
+  constexpr int D = Codec::D, G = Codec::G;
+  const T* k = static_cast<const T*>(keys);
+  const T* v = static_cast<const T*>(values);
+  auto* out = static_cast<std::uint8_t*>(records);
+  auto ws = std::make_unique<typename Codec::workspace>();
+  bool non_finite = false;
+  std::vector<kvtile::half_t> hk, hv;
+  if (paged) {
+    hk.resize(static_cast<std::size_t>(G) * D);
+    hv.resize(hk.size());
+  }
+  using PC = kvtile::device::paged_record_codec<Codec>;
+  auto pws = std::make_unique<typename PC::workspace>();
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int64_t off = t * G * D;
+    kvtile::status s;
+    if (paged) {
+      unsigned flags = 0;
+      for (int g = 0; g < G; ++g) {
+        flags |= kvtile::device::host_rotate_to_half<typename Codec::rotation, D>(k + off + g * D, &hk[g * D]);
+        flags |= kvtile::device::host_rotate_to_half<typename Codec::rotation, D>(v + off + g * D, &hv[g * D]);
+      }
+      if (flags & kvtile::device::paged_flag_non_finite) non_finite = true;
+      s = PC::encode(hk.data(), D, hv.data(), D, out + t * static_cast<std::int64_t>(Codec::record_bytes), pws.get());
+    } else {
+      s = Codec::encode(k + off, D, v + off, D, out + t * static_cast<std::int64_t>(Codec::record_bytes), ws.get());
+    }
+    if (s == kvtile::status::non_finite_input) {
+      non_finite = true;
+    } else if (s != kvtile::status::success) {
+      return fail(static_cast<int>(s), "kvtile_ops_encode_tiles_host: tile %lld: %s", static_cast<long long>(t),
+                  kvtile::to_string(s));
+    }
+  }
+  if (non_finite)
+    return fail(KVTILE_OPS_NON_FINITE_INPUT, "kvtile_ops_encode_tiles_host: non-finite inputs were replaced by 0");
+  return KVTILE_OPS_SUCCESS;
+}
+
+template <class T, class Tag>
+int decode_typed(const void* records, std::int64_t n, void* keys, void* values, int frame, Tag) {
+  using Codec = typename Tag::type;
+  constexpr int D = Codec::D, G = Codec::G;
+  T* k = static_cast<T*>(keys);
+  T* v = static_cast<T*>(values);
+  const auto* in = static_cast<const std::uint8_t*>(records);
+  const kvtile::frame f = frame == KVTILE_OPS_FRAME_ORIGINAL ? kvtile::frame::original : kvtile::frame::rotated;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int64_t off = t * G * D;
+    const kvtile::status s =
+        Codec::decode(in + t * static_cast<std::int64_t>(Codec::record_bytes), k + off, D, v + off, D, f);
+    if (s != kvtile::status::success)
+      return fail(static_cast<int>(s), "kvtile_ops_decode_tiles_host: record %lld: %s", static_cast<long long>(t),
+                  kvtile::to_string(s));
+  }
+  return KVTILE_OPS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kvtile_ops_status_string(int status) {
+  if (status == KVTILE_OPS_UNSUPPORTED_PRESET) return "unsupported preset";
+  if (status < 0 || status > static_cast<int>(kvtile::status::no_device)) return "unknown status";
+  return kvtile::to_string(static_cast<kvtile::status>(status));
+}
+
+const char* kvtile_ops_last_error(void) { return last_error.c_str(); }
+
+#define KVTILE_OPS_STR2(x) #x
+#define KVTILE_OPS_STR(x) KVTILE_OPS_STR2(x)
+const char* kvtile_ops_version(void) {
+  return KVTILE_OPS_STR(KVTILE_VERSION_MAJOR) "." KVTILE_OPS_STR(KVTILE_VERSION_MINOR) "." KVTILE_OPS_STR(
+      KVTILE_VERSION_PATCH);
+}
+
+const char* kvtile_ops_preset_name(int preset) {
+  switch (preset) {
+    case KVTILE_OPS_K4V2_G128: return "k4v2_g128";
+    case KVTILE_OPS_K4V4_G128: return "k4v4_g128";
+    case KVTILE_OPS_K2V2_G128: return "k2v2_g128";
+    default: return nullptr;
+  }
+}
+
+int kvtile_ops_get_preset_info(int preset, int head_dim, kvtile_ops_preset_info* info) {
+  if (!info) return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_get_preset_info: info is NULL");
+  return with_codec(preset, head_dim, "kvtile_ops_get_preset_info", [&](auto tag) {
+    using Codec = typename decltype(tag)::type;
+    info->tile_tokens = Codec::G;
+    info->key_bits = Codec::config::key_bits;
+    info->value_bits = Codec::config::value_bits;
+    info->record_bytes = static_cast<std::int64_t>(Codec::record_bytes);
+    info->bits_per_element = Codec::bits_per_element;
+    return KVTILE_OPS_SUCCESS;
+  });
+}
+
+int32_t kvtile_ops_fp16_page_tokens(void) { return 64; }
+
+int kvtile_ops_encode_tiles_host(int preset, int head_dim, int dtype, const void* keys, const void* values,
+                                 int64_t num_tiles, void* records, int paged) {
+  if (num_tiles < 0) return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_encode_tiles_host: num_tiles < 0");
+  if (num_tiles > 0 && (!keys || !values || !records))
+    return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_encode_tiles_host: keys, values or records is NULL");
+  return with_codec(preset, head_dim, "kvtile_ops_encode_tiles_host", [&](auto tag) {
+    switch (dtype) {
+      case KVTILE_OPS_FP16: return encode_typed<kvtile::half_t>(keys, values, num_tiles, records, paged, tag);
+      case KVTILE_OPS_BF16: return encode_typed<kvtile::bfloat16_t>(keys, values, num_tiles, records, paged, tag);
+      case KVTILE_OPS_FP32: return encode_typed<float>(keys, values, num_tiles, records, paged, tag);
+      default:
+        return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_encode_tiles_host: dtype %d is not fp16, bf16 or fp32",
+                    dtype);
+    }
+  });
+}
+
+int kvtile_ops_decode_tiles_host(int preset, int head_dim, const void* records, int64_t num_tiles, int dtype,
+                                 void* keys, void* values, int frame) {
+  if (num_tiles < 0) return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_decode_tiles_host: num_tiles < 0");
+  if (num_tiles > 0 && (!keys || !values || !records))
+    return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_decode_tiles_host: keys, values or records is NULL");
+  if (frame != KVTILE_OPS_FRAME_ORIGINAL && frame != KVTILE_OPS_FRAME_ROTATED)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_decode_tiles_host: frame %d is not 0 or 1", frame);
+  return with_codec(preset, head_dim, "kvtile_ops_decode_tiles_host", [&](auto tag) {
+    switch (dtype) {
+      case KVTILE_OPS_FP16: return decode_typed<kvtile::half_t>(records, num_tiles, keys, values, frame, tag);
+      case KVTILE_OPS_BF16: return decode_typed<kvtile::bfloat16_t>(records, num_tiles, keys, values, frame, tag);
+      case KVTILE_OPS_FP32: return decode_typed<float>(records, num_tiles, keys, values, frame, tag);
+      default:
+        return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_decode_tiles_host: dtype %d is not fp16, bf16 or fp32",
+                    dtype);
+    }
+  });
+}
+
+}  // extern "C"

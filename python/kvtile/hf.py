@@ -1,0 +1,212 @@
+"""kvtile as a transformers (5.x) KV cache.
+
+    import kvtile.hf
+    kvtile.hf.register()                                   # adds attn_implementation="kvtile"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float16, attn_implementation="kvtile").cuda()
+    cache = kvtile.hf.Cache(model.config, preset="k4v2_g128", max_cache_len=4096)
+    out = model.generate(ids, past_key_values=cache, max_new_tokens=64, do_sample=False)
+
+Like transformers' QuantizedCache, the first update of a layer (the prompt)
+returns the prompt's own keys and values, so the prompt attends in full
+precision, and stores them quantized; every later token is appended to the
+quantized cache. How later steps attend:
+
+* attn_implementation="kvtile" (after register()): one-token steps run
+  kvtile's fused decode attention over the quantized pages (kvtile.decode);
+  steps with several tokens take the dequantized path below.
+* any other attn_implementation (sdpa, eager): each update returns the whole
+  cache dequantized to fp16 (pages by kvtile.dequantize_pages, the fp16 tail
+  rotated back), which that attention then reads.
+
+Limits: every row of the batch has the same length (no left padding: the
+fused kernel has no mask; pass equal-length prompts); no beam search,
+cropping or reordering of the HF cache (kvtile's own PagedCache supports
+reordering rows through tail_slots; this wrapper does not expose it).
+"""
+import math
+
+import torch
+
+import kvtile
+
+try:  # transformers is optional for the rest of the package
+    from transformers.cache_utils import Cache as _HFCache
+    from transformers.cache_utils import DynamicLayer as _HFLayer
+except ImportError as e:  # pragma: no cover - exercised only without transformers
+    raise ImportError("kvtile.hf needs transformers >= 5 (transformers.cache_utils.Cache, DynamicLayer)") from e
+
+__all__ = ["Cache", "Layer", "register", "attention"]
+
+
+def _hadamard(d, device):
+    h = torch.ones(1, 1, dtype=torch.float32, device=device)
+    while h.shape[0] < d:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / math.sqrt(d)
+
+
+class Layer(_HFLayer):
+    """One attention layer's kvtile cache (a kvtile.PagedCache with one row per batch row)."""
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, preset="k4v2_g128", max_cache_len=4096, q_heads=None, sink=False, fused=False):
+        super().__init__()
+        self.preset = preset
+        self.max_cache_len = int(max_cache_len)
+        self.q_heads = q_heads
+        self.sink = sink
+        self.fused = fused
+        self.cumulative_length = 0
+        self.paged = None
+
+    def lazy_initialization(self, key_states, *args, **kwargs):
+        b, h, _, d = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = torch.tensor([], dtype=self.dtype, device=self.device)
+        self.values = torch.tensor([], dtype=self.dtype, device=self.device)
+        self.max_batch_size = b
+        self.paged = kvtile.PagedCache(b, self.max_cache_len, h, d, q_heads=self.q_heads or h, preset=self.preset,
+                                       sink=self.sink, device=key_states.device)
+        self._rot = _hadamard(d, key_states.device)
+        self._cu = {}
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, cache_kwargs=None, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states)
+        b, h, t, d = key_states.shape
+        if b != self.paged.max_seqs:
+            raise ValueError("kvtile.hf.Layer: batch size changed from %d to %d" % (self.paged.max_seqs, b))
+        first = self.cumulative_length == 0
+        new_len = self.cumulative_length + t
+        if new_len > self.max_cache_len:
+            raise ValueError("kvtile.hf.Cache: %d tokens exceed max_cache_len=%d" % (new_len, self.max_cache_len))
+        tok_k = key_states.transpose(1, 2).reshape(b * t, h, d).contiguous()
+        tok_v = value_states.transpose(1, 2).reshape(b * t, h, d).contiguous()
+        if tok_k.dtype not in (torch.float16, torch.bfloat16):
+            tok_k, tok_v = tok_k.half(), tok_v.half()
+        self.paged.seq_lens.fill_(new_len)
+        if t == 1:
+            kvtile.append(self.paged, tok_k, tok_v)
+        else:
+            cu = self._cu.get(t)
+            if cu is None:
+                cu = self._cu[t] = torch.arange(0, (b + 1) * t, t, dtype=torch.int32, device=self.device)
+            kvtile.prefill(self.paged, tok_k, tok_v, cu, max_tokens_per_seq=t)
+        self.cumulative_length = new_len
+        if first:
+            return key_states, value_states
+        if self.fused and t == 1:
+            key_states._kvtile_layer = self  # read by kvtile.hf.attention
+            return key_states, value_states
+        return self.dequantize_all(key_states.dtype)
+
+    def dequantize_all(self, dtype=torch.float16):
+        """The whole cache as [B, H, L, D] in the original frame."""
+        p = self.paged
+        b, G, L = p.max_seqs, p.tile_tokens, self.cumulative_length
+        n_full, rem = divmod(L, G)
+        parts_k, parts_v = [], []
+        first_quant = 0
+        if p.sink_k is not None and n_full > 0:
+            slots = p.tail_slots.long()
+            parts_k.append((p.sink_k[slots].float() @ self._rot).to(dtype))
+            parts_v.append((p.sink_v[slots].float() @ self._rot).to(dtype))
+            first_quant = 1
+        if n_full > first_quant:
+            ids = p.page_table[:, first_quant:n_full].reshape(-1).contiguous()
+            k, v = kvtile.dequantize_pages(p, ids)
+            n = n_full - first_quant
+            parts_k.append(k.view(b, n, p.kv_heads, G, p.head_dim).permute(0, 2, 1, 3, 4)
+                           .reshape(b, p.kv_heads, n * G, p.head_dim).to(dtype))
+            parts_v.append(v.view(b, n, p.kv_heads, G, p.head_dim).permute(0, 2, 1, 3, 4)
+                           .reshape(b, p.kv_heads, n * G, p.head_dim).to(dtype))
+        if rem:
+            slots = p.tail_slots.long()
+            parts_k.append((p.tail_k[slots, :, :rem].float() @ self._rot).to(dtype))
+            parts_v.append((p.tail_v[slots, :, :rem].float() @ self._rot).to(dtype))
+        return torch.cat(parts_k, dim=2), torch.cat(parts_v, dim=2)
+
+    def get_seq_length(self, *args, **kwargs):
+        return self.cumulative_length
+
+    def get_mask_sizes(self, cache_position=None, *args, **kwargs):
+        q = cache_position.shape[0] if isinstance(cache_position, torch.Tensor) else int(cache_position or 0)
+        return self.cumulative_length + q, 0
+
+    def get_max_cache_shape(self, *args, **kwargs):
+        return self.max_cache_len
+
+    def reset(self):
+        self.cumulative_length = 0
+        if self.paged is not None:
+            self.paged.seq_lens.zero_()
+
+    def nbytes(self):
+        return self.paged.nbytes if self.paged is not None else 0
+
+    def _unsupported(self, *args, **kwargs):
+        raise NotImplementedError("kvtile.hf.Cache does not support beam search, cropping or batch reordering")
+
+    reorder_cache = crop = batch_repeat_interleave = batch_select_indices = _unsupported
+
+
+class Cache(_HFCache):
+    """A transformers Cache whose layers store keys and values with kvtile (preset, e.g. "k4v2_g128").
+
+    config: the model's config (num_hidden_layers, num_attention_heads and
+    _attn_implementation are read from it); max_cache_len: tokens per row the
+    cache can hold (allocated at the first update); sink: keep the first tile of
+    each row in fp16.
+    """
+
+    def __init__(self, config, preset="k4v2_g128", max_cache_len=4096, sink=False):
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        n = text.num_hidden_layers
+        q_heads = text.num_attention_heads
+        fused = getattr(text, "_attn_implementation", None) == "kvtile"
+        layers = [Layer(preset, max_cache_len, q_heads=q_heads, sink=sink, fused=fused) for _ in range(n)]
+        super().__init__(layers=layers)
+        self.preset = preset
+        self.fused = fused
+
+    @property
+    def nbytes(self):
+        """Device bytes of every layer's kvtile cache (pages, tables, tails, sinks, workspace)."""
+        return sum(layer.nbytes() for layer in self.layers)
+
+    def bytes_per_token(self):
+        """Quantized record bytes per token over all layers."""
+        return sum(layer.paged.bytes_per_token() for layer in self.layers if layer.paged is not None)
+
+
+def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """attn_implementation="kvtile": fused kvtile decode for one-token steps over a kvtile cache, sdpa otherwise."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    layer = getattr(key, "_kvtile_layer", None)
+    if layer is None or query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    b, hq, _, d = query.shape
+    q = query.reshape(b, hq, d)
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        q = q.half()
+    q = q.contiguous()
+    out = kvtile.decode(layer.paged, q, softmax_scale=scaling if scaling is not None else 1.0 / math.sqrt(d))
+    return out.view(b, 1, hq, d).to(query.dtype), None
+
+
+def register(name="kvtile"):
+    """Registers kvtile.hf.attention as attn_implementation=name (and sdpa's mask for it)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(name, attention)
+    try:
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+        ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
+    except (ImportError, AttributeError):  # older layouts: the default mask is used
+        pass
