@@ -6,6 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-/usr/bin/python3}
 cd "$root/python"
+mkdir -p "$root/build"
 KVTILE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} "$py" setup.py build_ext --inplace > "$root/build/python-cpu-build.log" 2>&1 ||
   { tail -n 40 "$root/build/python-cpu-build.log"; exit 1; }
 cd "$root"
