@@ -37,6 +37,14 @@
 
 namespace {
 using kvtile::half_t;
+
+// A launcher's status (host-side check, outside the timed GPU work).
+void check(kvtile::status s) {
+  if (s != kvtile::status::success) {
+    std::fprintf(stderr, "launch failed: status %d\n", static_cast<int>(s));
+    std::exit(1);
+  }
+}
 constexpr int D = 128, G = 128, H = 8, SEQS = 16, TOK = 4096;  // 64K tokens
 int g_iters = 15;
 char* g_flush = nullptr;
@@ -132,7 +140,7 @@ void bench_prefill(const char* name, bool decode_too) {
   cache c;
   c.make(SEQS, TOK / G, static_cast<std::int64_t>(Codec::record_bytes));
   c.set_lens(std::vector<std::int32_t>(SEQS, TOK));
-  auto prefill = [&] { kvtile::device::launch_prefill<Codec, half_t, BLOCK_THREADS>(c.v, g_k, g_v, g_cu, TOK); };
+  auto prefill = [&] { check(kvtile::device::launch_prefill<Codec, half_t, BLOCK_THREADS>(c.v, g_k, g_v, g_cu, TOK)); };
   if (g_decode_only) {
     if (!decode_too) return;
     prefill();  // the records to decode, untimed
@@ -156,7 +164,7 @@ void bench_prefill(const char* name, bool decode_too) {
   CK(cudaMalloc(&ok, kTokElems * 2));
   CK(cudaMalloc(&ov, kTokElems * 2));
   for (kvtile::frame f : {kvtile::frame::rotated, kvtile::frame::original}) {
-    const double dus = median_us([&] { kvtile::device::launch_dequantize_pages<Codec>(c.v, ids, n, ok, ov, f); });
+    const double dus = median_us([&] { check(kvtile::device::launch_dequantize_pages<Codec>(c.v, ids, n, ok, ov, f)); });
     const double w = 2.0 * kTokElems * 2;
     const double g = w / dus / 1e3;
     std::string nm = std::string(name) + (f == kvtile::frame::rotated ? " rotated" : " original");

@@ -210,6 +210,9 @@ def append(cache, k_new, v_new, rows=None, flags=None):
 def decode(cache, q, out=None, lse=None, softmax_scale=None, rows=None, num_splits=0):
     """Decode attention of one query token per row: q [rows, q_heads, D] fp16/bf16 (original frame)
     over the quantized cache -> out [rows, q_heads, D] (and lse [rows, q_heads] fp32 when given)."""
+    if q.dim() == 3 and (q.shape[1] <= 0 or q.shape[1] % cache.kv_heads):
+        raise ValueError("kvtile.decode: q heads (%d) must be a positive multiple of kv_heads (%d)"
+                         % (q.shape[1], cache.kv_heads))
     if out is None:
         out = torch.empty_like(q)
     if softmax_scale is None:

@@ -11,12 +11,24 @@
 //                   mu[c] = 0.2 N(0,1), except on `outlier_pairs` RoPE pairs
 //                   drawn from the lower-frequency half: there |mu| is uniform
 //                   in [outlier_min, outlier_max] (random sign) and s = 1, so
-//                   those channels' largest |k| is ~10x the median channel's.
+//                   those channels' largest |k| is ~10x the median channel's:
+//                   the fixed per-channel key outliers that KIVI (Liu et al.,
+//                   2024, sec. 3) and KVQuant (Hooper et al., 2024, sec. 3.1)
+//                   observe in trained models' keys (pre-RoPE, a few channels
+//                   with a large magnitude in every token), which is why they
+//                   quantize keys per channel.
 //  attention sink   token 0's key is `sink_gain` on the two lowest-frequency
 //                   pairs (the "sink channels") and small noise elsewhere; its
-//                   value is `sink_value_gain` times a normal one.
-//  values           v[c] = value_scale r[c] t4, t4 ~ Student-t with 4 degrees of
-//                   freedom (heavy tails), r[c] = e^(0.5 N(0,1)).
+//                   value is the offset b plus `sink_value_gain` times a normal
+//                   token's varying part (the attention sinks of StreamingLLM,
+//                   Xiao et al., 2024: a first token that draws much attention
+//                   and contributes little).
+//  values           v[c] = b[c] + value_scale r[c] t4, t4 ~ Student-t with 4
+//                   degrees of freedom (heavy tails), r[c] = e^(0.5 N(0,1)),
+//                   b[c] = value_offset N(0,1): a per-channel offset shared by
+//                   every token of the head, as a v_proj bias gives (models
+//                   with a QKV bias, e.g. Qwen2); the sink token's value is
+//                   b + sink_value_gain x the rest.
 //  queries          query head j of KV head h at token t (pre-RoPE):
 //                   q = lambda_j u_sink + w (k_pre(t) - mu) + query_noise n,
 //                   u_sink = 1 on the sink channels; lambda_j in
@@ -48,8 +60,9 @@ struct generator_params {
   float outlier_min = 20.0f;      // |mean| of an outlier channel, uniform in [min, max]
   float outlier_max = 40.0f;
   float sink_gain = 16.0f;        // token 0's key on the four sink channels
-  float sink_value_gain = 0.05f;  // token 0's value is this much smaller
+  float sink_value_gain = 0.05f;  // token 0's value (less the offset) is this much smaller
   float value_scale = 0.5f;
+  float value_offset = 0.45f;     // std of the per-channel value offset b[c] (about half the values' rms spread)
   float query_sink = 2.0f;        // lambda: query weight on the sink channels (per head in [0.5, 1] x this)
   float query_key_corr = 0.7f;    // w: weight of the same token's centred key in its query
   float query_noise = 0.3f;
@@ -135,6 +148,8 @@ class kv_generator {
             hd.outlier[c] = 1;
           }
         }
+        hd.vb.assign(D, 0.0f);
+        for (int c = 0; c < D; ++c) hd.vb[c] = static_cast<float>(p.value_offset * r.normal());
       }
   }
 
@@ -156,6 +171,8 @@ class kv_generator {
     return r;
   }
   bool is_outlier_channel(int l, int h, int c) const { return head_at(l, h).outlier[c] == 1; }
+  // The per-channel value offset b[c] of (layer, KV head).
+  float value_offset(int l, int h, int c) const { return head_at(l, h).vb[c]; }
   bool is_sink_channel(int c) const {
     const int half = p_.head_dim / 2, i = c % half;
     return i >= half - 2;
@@ -171,7 +188,8 @@ class kv_generator {
     const head& hd = head_at(l, h);
     detail::rng r(p_.seed, detail::value_noise, l, t, h);
     const float g = t == 0 ? p_.sink_value_gain : 1.0f;
-    for (int c = 0; c < p_.head_dim; ++c) out[c] = static_cast<float>(p_.value_scale * g * hd.vs[c] * r.student_t4());
+    for (int c = 0; c < p_.head_dim; ++c)
+      out[c] = static_cast<float>(hd.vb[c] + p_.value_scale * g * hd.vs[c] * r.student_t4());
     round16(out);
   }
   // q_head in [0, q_heads); its KV head is q_head / (q_heads / kv_heads).
@@ -197,7 +215,7 @@ class kv_generator {
 
  private:
   struct head {
-    std::vector<float> mu, s, vs;
+    std::vector<float> mu, s, vs, vb;
     std::vector<unsigned char> outlier;
   };
   const head& head_at(int l, int h) const { return heads_[static_cast<std::size_t>(l) * p_.kv_heads + h]; }
