@@ -58,6 +58,30 @@ int main(void) {
     CHECK(err > 0 && sqrt(err / ref) < 0.2);
     free(k), free(v), free(k2), free(v2), free(rec);
   }
+  {
+    /* Device entry points reject bad descriptors before touching a device. */
+    kvtile_ops_cache c;
+    size_t ws = 0;
+    memset(&c, 0, sizeof c);
+    CHECK(kvtile_ops_append(NULL, KVTILE_OPS_FP16, NULL, NULL, NULL, NULL) == KVTILE_OPS_NULL_POINTER);
+    c.preset = 9;
+    c.head_dim = 128;
+    CHECK(kvtile_ops_prefill(&c, KVTILE_OPS_FP16, NULL, NULL, NULL, 0, NULL, NULL) == KVTILE_OPS_UNSUPPORTED_PRESET);
+    CHECK(strstr(kvtile_ops_last_error(), "kvtile_ops_prefill") != NULL);
+    c.preset = KVTILE_OPS_K2V2_G128;
+    c.head_dim = 64;
+    CHECK(kvtile_ops_decode_workspace_bytes(&c, 4, 0, &ws) == KVTILE_OPS_UNSUPPORTED_HEAD_DIM);
+    CHECK(strstr(kvtile_ops_last_error(), "no device instantiation") != NULL);
+    c.head_dim = 128;
+    c.kv_heads = 2;
+    CHECK(kvtile_ops_decode_workspace_bytes(&c, 3, 0, &ws) == KVTILE_OPS_INVALID_ARGUMENT);
+    /* null pointers in a well-formed descriptor: the launcher's structural check */
+    c.num_seqs = 1;
+    CHECK(kvtile_ops_append(&c, KVTILE_OPS_FP16, NULL, NULL, NULL, NULL) == KVTILE_OPS_NULL_POINTER);
+    CHECK(kvtile_ops_dequantize_pages(&c, NULL, 0, NULL, NULL, KVTILE_OPS_FRAME_ORIGINAL, NULL) ==
+          KVTILE_OPS_NULL_POINTER);
+    CHECK(kvtile_ops_dequantize_pages(&c, NULL, 0, NULL, NULL, 5, NULL) == KVTILE_OPS_INVALID_ARGUMENT);
+  }
   CHECK(kvtile_ops_supported(KVTILE_OPS_K4V2_G128, 128) == 1);
   CHECK(kvtile_ops_supported(KVTILE_OPS_K4V4_G128, 64) == 0);
   printf("kvtile_ops %s: C99 header and host codec ok\n", kvtile_ops_version());
