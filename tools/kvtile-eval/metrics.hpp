@@ -122,7 +122,7 @@ inline void attention_group(const float* q, int g, const float* keys, const floa
       s[j] -= m;
       const float e = std::exp(s[j]);
       zi += e;
-      logp[i * un + j] = e;  // the weight, for now
+      logp[i * un + j] = e;  // the unnormalized weight; made log p after the output sum
     }
     z[i] = zi;
   }
