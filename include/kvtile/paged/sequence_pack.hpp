@@ -8,8 +8,15 @@
 // with the sink on and n_full >= 1, its fp16 sink tile. Records are
 // position-independent bytes, so the copy decodes bit-identically wherever it
 // lands. The page ids, the slot of the sequence and the length are the
-// receiver's business: the header carries L, the receiver picks new page ids,
-// writes its page table and its seq_lens.
+// receiver's business: the header carries L, the receiver picks new page ids
+// and a tail/sink slot, writes its page table, its seq_lens (and its slot
+// index, where the view has one).
+//
+// `slot` below is the sequence's slot in the tail and sink pools, a host
+// value: the sequence's row index for a view without a slot index, else its
+// entry of that index. The functions never read the view's page table,
+// lengths or slot index (which may be device memory): page ids, length and
+// slot come from the caller's host copies.
 //
 // Packed buffer (all offsets multiples of 16 bytes):
 //   header   sequence_pack_header, 64 bytes
@@ -63,22 +70,37 @@ struct sequence_pack_layout {
 namespace detail {
 constexpr std::size_t pack_align16(std::size_t x) { return (x + 15) / 16 * 16; }
 
+// Slots in the view's tail/sink pools: slots() where the view has slot pools,
+// else one per sequence.
+template <class View>
+constexpr auto pool_slots(const View& v, int) -> decltype(v.slots()) {
+  return v.slots();
+}
+template <class View>
+constexpr std::int32_t pool_slots(const View& v, long) {
+  return v.num_seqs;
+}
+// First element of slot's fp16 tail (or sink) tile of head h.
+inline std::int64_t pack_tile_offset(const paged_cache_view& v, std::int32_t slot, std::int32_t h) {
+  return (static_cast<std::int64_t>(slot) * v.kv_heads + h) * v.tile_tokens * v.head_dim;
+}
+
 // Shape checks shared by pack and unpack (the view's pointers are not read).
-inline status check_pack_shape(const paged_cache_view& v, std::int32_t seq, std::int32_t length) {
+inline status check_pack_shape(const paged_cache_view& v, std::int32_t slot, std::int32_t length) {
   if (v.kv_heads <= 0 || v.head_dim <= 0 || v.tile_tokens <= 0 || v.record_bytes <= 0 || v.num_pages < 0 ||
       v.max_pages_per_seq < 0 || v.num_seqs < 0)
     return status::invalid_argument;
-  if (seq < 0 || seq >= v.num_seqs) return status::invalid_argument;
+  if (slot < 0 || slot >= pool_slots(v, 0)) return status::invalid_argument;
   if (length < 0 || length / v.tile_tokens > v.max_pages_per_seq) return status::invalid_argument;
   // Every size below fits comfortably in 64 bits: bounded by int32 factors.
   return status::success;
 }
 }  // namespace detail
 
-// Layout of the buffer that packs `length` tokens of a sequence of view v.
-inline status sequence_pack_layout_of(const paged_cache_view& v, std::int32_t seq, std::int32_t length,
+// Layout of the buffer that packs `length` tokens of the sequence in `slot` of view v.
+inline status sequence_pack_layout_of(const paged_cache_view& v, std::int32_t slot, std::int32_t length,
                                       sequence_pack_layout& out) {
-  if (status s = detail::check_pack_shape(v, seq, length); s != status::success) return s;
+  if (status s = detail::check_pack_shape(v, slot, length); s != status::success) return s;
   sequence_pack_layout L{};
   const std::int32_t full = length / v.tile_tokens;
   const bool sink = v.has_sink() && full >= 1;
@@ -116,7 +138,7 @@ inline status check_sequence_pack_header(const sequence_pack_header& h, const pa
       h.first_record_tile != (v.has_sink() ? 1 : 0))
     return status::invalid_argument;
   sequence_pack_layout L;
-  if (v.num_seqs <= 0) return status::invalid_argument;
+  if (detail::pool_slots(v, 0) <= 0) return status::invalid_argument;
   if (status s = sequence_pack_layout_of(v, 0, h.length, L); s != status::success) return s;
   if (L.header.n_records != h.n_records) return status::corrupt_record;
   if (buffer_bytes < L.total) return status::insufficient_space;
@@ -130,18 +152,18 @@ struct sequence_copy_chunk {
   std::size_t bytes;
 };
 
-// The copies that pack (to_buffer) or unpack (!to_buffer) sequence seq of v,
+// The copies that pack (to_buffer) or unpack (!to_buffer) the sequence in slot of v,
 // page ids `pages` (host memory, n_records entries: tile first_record_tile + i
 // is in pages[i]; for pack, the sequence's page-table row from that tile on).
 // Consecutive page ids become one chunk. The header is not part of the plan.
-inline status sequence_copy_plan(const paged_cache_view& v, std::int32_t seq, const sequence_pack_layout& L,
+inline status sequence_copy_plan(const paged_cache_view& v, std::int32_t slot, const sequence_pack_layout& L,
                                  const std::int32_t* pages, void* buffer, bool to_buffer,
                                  std::vector<sequence_copy_chunk>& plan) {
   plan.clear();
   if (!buffer || !v.pages || !v.tail_k || !v.tail_v) return status::null_pointer;
   if (L.header.n_records > 0 && !pages) return status::null_pointer;
   if (L.header.has_sink && (!v.sink_k || !v.sink_v)) return status::null_pointer;
-  if (seq < 0 || seq >= v.num_seqs) return status::invalid_argument;
+  if (slot < 0 || slot >= detail::pool_slots(v, 0)) return status::invalid_argument;
   for (std::int32_t i = 0; i < L.header.n_records; ++i)
     if (pages[i] < 0 || pages[i] >= v.num_pages) return status::invalid_argument;
   auto* buf = static_cast<std::uint8_t*>(buffer);
@@ -163,7 +185,7 @@ inline status sequence_copy_plan(const paged_cache_view& v, std::int32_t seq, co
   const std::size_t live = static_cast<std::size_t>(L.header.length % v.tile_tokens) *
                            static_cast<std::size_t>(v.head_dim) * sizeof(half_t);
   for (std::int32_t h = 0; h < v.kv_heads; ++h) {
-    const std::int64_t o = v.tile_offset(seq, h);
+    const std::int64_t o = detail::pack_tile_offset(v, slot, h);
     add(v.tail_k + o, L.tail_k + static_cast<std::size_t>(h) * live, live);
     add(v.tail_v + o, L.tail_v + static_cast<std::size_t>(h) * live, live);
   }
@@ -171,7 +193,7 @@ inline status sequence_copy_plan(const paged_cache_view& v, std::int32_t seq, co
     const std::size_t tile = static_cast<std::size_t>(v.tile_tokens) * static_cast<std::size_t>(v.head_dim) *
                              sizeof(half_t);
     for (std::int32_t h = 0; h < v.kv_heads; ++h) {
-      const std::int64_t o = v.tile_offset(seq, h);
+      const std::int64_t o = detail::pack_tile_offset(v, slot, h);
       add(v.sink_k + o, L.sink_k + static_cast<std::size_t>(h) * tile, tile);
       add(v.sink_v + o, L.sink_v + static_cast<std::size_t>(h) * tile, tile);
     }
@@ -179,26 +201,27 @@ inline status sequence_copy_plan(const paged_cache_view& v, std::int32_t seq, co
   return status::success;
 }
 
-// Host-memory views: packs `length` tokens of sequence seq (its page-table row
-// page_row, host memory, entries from tile 0) into dst (dst_bytes >= layout total).
-inline status pack_sequence(const paged_cache_view& v, std::int32_t seq, std::int32_t length,
+// Host-memory views: packs `length` tokens of the sequence in `slot` (its
+// page-table row page_row, host memory, entries from tile 0) into dst
+// (dst_bytes >= layout total).
+inline status pack_sequence(const paged_cache_view& v, std::int32_t slot, std::int32_t length,
                             const std::int32_t* page_row, void* dst, std::size_t dst_bytes) {
   sequence_pack_layout L;
-  if (status s = sequence_pack_layout_of(v, seq, length, L); s != status::success) return s;
+  if (status s = sequence_pack_layout_of(v, slot, length, L); s != status::success) return s;
   if (!dst || (L.header.n_records > 0 && !page_row)) return status::null_pointer;
   if (dst_bytes < L.total) return status::insufficient_space;
   std::vector<sequence_copy_chunk> plan;
   const std::int32_t* pages = page_row ? page_row + L.header.first_record_tile : nullptr;
-  if (status s = sequence_copy_plan(v, seq, L, pages, dst, true, plan); s != status::success) return s;
+  if (status s = sequence_copy_plan(v, slot, L, pages, dst, true, plan); s != status::success) return s;
   std::memcpy(dst, &L.header, sizeof L.header);
   for (const auto& c : plan) std::memcpy(c.dst, c.src, c.bytes);
   return status::success;
 }
 
-// Host-memory views: unpacks src into sequence seq of v, records into the
-// given page ids (new_pages[i] receives tile first_record_tile + i). The caller
-// then sets its page table row and seq_lens[seq] = header.length.
-inline status unpack_sequence(const void* src, std::size_t src_bytes, const paged_cache_view& v, std::int32_t seq,
+// Host-memory views: unpacks src into `slot` of v, records into the given
+// page ids (new_pages[i] receives tile first_record_tile + i). The caller then
+// sets the sequence's page table row, its length (header.length) and its slot.
+inline status unpack_sequence(const void* src, std::size_t src_bytes, const paged_cache_view& v, std::int32_t slot,
                               const std::int32_t* new_pages, sequence_pack_header* header_out = nullptr) {
   if (!src) return status::null_pointer;
   if (src_bytes < sizeof(sequence_pack_header)) return status::insufficient_space;
@@ -206,9 +229,9 @@ inline status unpack_sequence(const void* src, std::size_t src_bytes, const page
   std::memcpy(&h, src, sizeof h);
   if (status s = check_sequence_pack_header(h, v, src_bytes); s != status::success) return s;
   sequence_pack_layout L;
-  if (status s = sequence_pack_layout_of(v, seq, h.length, L); s != status::success) return s;
+  if (status s = sequence_pack_layout_of(v, slot, h.length, L); s != status::success) return s;
   std::vector<sequence_copy_chunk> plan;
-  if (status s = sequence_copy_plan(v, seq, L, new_pages, const_cast<void*>(src), false, plan); s != status::success)
+  if (status s = sequence_copy_plan(v, slot, L, new_pages, const_cast<void*>(src), false, plan); s != status::success)
     return s;
   for (const auto& c : plan) std::memcpy(c.dst, c.src, c.bytes);
   if (header_out) *header_out = h;

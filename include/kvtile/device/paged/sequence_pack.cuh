@@ -34,19 +34,20 @@ inline launch_result run_copy_plan(const std::vector<sequence_copy_chunk>& plan,
 }
 }  // namespace detail
 
-// Packs `length` tokens of sequence seq of the device view v into dst
+// Packs `length` tokens of the sequence in `slot` (host value: its tail/sink
+// slot, see sequence_pack.hpp) of the device view v into dst
 // (dst_bytes >= sequence_pack_layout_of(...).total). page_row: host copy of
 // the sequence's page-table row (entries from tile 0). Asynchronous on stream.
-inline launch_result pack_sequence_async(const paged_cache_view& v, std::int32_t seq, std::int32_t length,
+inline launch_result pack_sequence_async(const paged_cache_view& v, std::int32_t slot, std::int32_t length,
                                          const std::int32_t* page_row, void* dst, std::size_t dst_bytes,
                                          cudaStream_t stream = nullptr) {
   sequence_pack_layout L;
-  if (status s = sequence_pack_layout_of(v, seq, length, L); s != status::success) return s;
+  if (status s = sequence_pack_layout_of(v, slot, length, L); s != status::success) return s;
   if (!dst || (L.header.n_records > 0 && !page_row)) return status::null_pointer;
   if (dst_bytes < L.total) return status::insufficient_space;
   std::vector<sequence_copy_chunk> plan;
   const std::int32_t* pages = page_row ? page_row + L.header.first_record_tile : nullptr;
-  if (status s = sequence_copy_plan(v, seq, L, pages, dst, true, plan); s != status::success) return s;
+  if (status s = sequence_copy_plan(v, slot, L, pages, dst, true, plan); s != status::success) return s;
   if (cudaError_t e = cudaMemcpyAsync(dst, &L.header, sizeof L.header, cudaMemcpyDefault, stream); e != cudaSuccess) {
     (void)cudaGetLastError();
     return detail::from_cuda(e);
@@ -66,18 +67,19 @@ inline launch_result read_sequence_pack_header(const void* src, sequence_pack_he
 }
 
 // Unpacks src (header: its host copy, from read_sequence_pack_header) into
-// sequence seq of the device view v, records into new_pages (host memory,
+// `slot` of the device view v, records into new_pages (host memory,
 // header.n_records ids: new_pages[i] receives tile first_record_tile + i).
-// The caller then writes its page table row and seq_lens[seq] = header.length.
+// The caller then writes the sequence's page table row, its length
+// (header.length) and its slot.
 inline launch_result unpack_sequence_async(const sequence_pack_header& header, const void* src, std::size_t src_bytes,
-                                           const paged_cache_view& v, std::int32_t seq,
+                                           const paged_cache_view& v, std::int32_t slot,
                                            const std::int32_t* new_pages, cudaStream_t stream = nullptr) {
   if (!src) return status::null_pointer;
   if (status s = check_sequence_pack_header(header, v, src_bytes); s != status::success) return s;
   sequence_pack_layout L;
-  if (status s = sequence_pack_layout_of(v, seq, header.length, L); s != status::success) return s;
+  if (status s = sequence_pack_layout_of(v, slot, header.length, L); s != status::success) return s;
   std::vector<sequence_copy_chunk> plan;
-  if (status s = sequence_copy_plan(v, seq, L, new_pages, const_cast<void*>(src), false, plan); s != status::success)
+  if (status s = sequence_copy_plan(v, slot, L, new_pages, const_cast<void*>(src), false, plan); s != status::success)
     return s;
   return detail::run_copy_plan(plan, stream);
 }
