@@ -226,3 +226,43 @@ TEST_CASE("rtn: constant rows are encoded exactly with step 0") {
   }
   CHECK(check_record_rtn<C>(k, v, rec) == 0);
 }
+
+TEST_CASE("rtn: row rounding policies choose the documented step and zero (E4M3 grid, vector scale 1)") {
+  using F = kvtile::detail::e4m3_vector;
+  using kvtile::row_rounding;
+  auto fit = [](float lo, float hi, std::uint32_t qmax, row_rounding p, float& a, float& z, float vs = 1.0f) {
+    std::uint8_t code = 0;
+    std::uint16_t zb = 0;
+    REQUIRE(kvtile::detail::fit_row<F>(lo, hi, vs, qmax, p, code, zb));
+    a = F::decode(code, vs);
+    z = kvtile::half_t::to_float_bits(zb);
+  };
+  float a, z;
+  // 2 bits, [0, 3.18]: want 1.06 between the E4M3 neighbours 1.0 and 1.125.
+  fit(0.0f, 3.18f, 3, row_rounding::cover, a, z);
+  CHECK(a == 1.125f);  // rounded up, grid from the fp16 zero <= lo
+  CHECK(z == 0.0f);
+  fit(0.0f, 3.18f, 3, row_rounding::nearest, a, z);
+  CHECK(a == 1.0f);                                   // 1.06 is nearer 1.0
+  CHECK(z == kvtile::half_t(1.59f - 1.5f).to_float());  // centred: mid - 3 a / 2
+  fit(0.0f, 3.18f, 3, row_rounding::min_max_error, a, z);
+  CHECK(a == 1.0f);  // max error 0.5 (interior) against 0.5625 for 1.125
+  // 4 bits, want 1.1 in (1.0, 1.125): the down step leaves 0.75 at the ends, the
+  // up step's max error is 0.5625: min_max_error rounds up; nearest rounds down.
+  fit(0.0f, 16.5f, 15, row_rounding::min_max_error, a, z);
+  CHECK(a == 1.125f);
+  CHECK(z == kvtile::half_t(8.25f - 8.4375f).to_float());
+  fit(0.0f, 16.5f, 15, row_rounding::nearest, a, z);
+  CHECK(a == 1.125f);  // 1.1 is nearer 1.125
+  // want 1.05: the down step's end error 0.375 < 0.5, so its max error 0.5 wins.
+  fit(0.0f, 15.75f, 15, row_rounding::min_max_error, a, z);
+  CHECK(a == 1.0f);
+  // A constant row: step 0, zero = the nearest fp16 (exact when representable).
+  fit(2.5f, 2.5f, 15, row_rounding::min_max_error, a, z);
+  CHECK(a == 0.0f);
+  CHECK(z == 2.5f);
+  // Zeros saturate to the finite fp16 range instead of overflowing.
+  fit(-65280.0f, 65280.0f, 3, row_rounding::min_max_error, a, z, F::vector_scale(130560.0f / 3));
+  CHECK(std::isfinite(z));
+  CHECK(std::fabs(z) <= 65504.0f);
+}
