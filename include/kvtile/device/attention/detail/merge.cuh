@@ -3,6 +3,8 @@
 // unit by log-sum-exp in the merge kernel (combine_kernel).
 #pragma once
 
+#include <cub/warp/warp_reduce.cuh>
+#include <cuda/functional>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -92,8 +94,12 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   static_assert(E == 2 || E == 4 || E == 8, "head_dim 64, 128 or 256");
   // Launched with programmatic stream serialization: wait for the attention grid.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  const int lane = threadIdx.x & 31;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * combine_rows + (threadIdx.x >> 5);
+  // Full-warp reductions of the (m, l) pairs: CUB (the aggregate is valid in
+  // lane 0, broadcast with one shuffle).
+  using warp_reduce = cub::WarpReduce<float>;
+  __shared__ typename warp_reduce::TempStorage reduce_tmp[combine_rows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * combine_rows + warp;
   if (row >= rows) return;  // warp-uniform
   // The row's partials: slots first .. first + S - 1 of its unit, row q of each.
   const std::int64_t seq = row / p.q_heads;
@@ -115,8 +121,8 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   // Global max of m over the splits, then l = sum f_s l_s, f_s = 2^(m_s - max).
   float mx = -INFINITY;
   for (int s = lane; s < S; s += 32) mx = fmaxf(mx, __ldcg(ml + ml_stride * s));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  mx = __shfl_sync(0xffffffffu, warp_reduce(reduce_tmp[warp]).Reduce(mx, cuda::maximum<float>{}), 0);
+  __syncwarp();  // reduce_tmp is reused below
   float o[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) o[e] = 0.0f;
@@ -161,8 +167,7 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
         }
       }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    l = __shfl_sync(0xffffffffu, warp_reduce(reduce_tmp[warp]).Sum(l), 0);
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll

@@ -70,6 +70,8 @@ KVTILE_DEVICE void online_softmax(float (&s)[GM][4], float (&m)[2], float (&l)[2
   }
 #pragma unroll
   for (int qq = 0; qq < 2; ++qq) {
+    // Hand-written: the reduction runs over the 8 lanes of one fragment column
+    // (strided by 4), which cub::WarpReduce (contiguous logical warps) cannot express.
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) mx[qq] = fmaxf(mx[qq], __shfl_xor_sync(0xffffffffu, mx[qq], o));
     const float mn = fmaxf(m[qq], mx[qq]);

@@ -247,6 +247,8 @@ KVTILE_DEVICE void load_halves(const std::uint8_t* p, float* f) {
 
 // The power of two f with m * f in [256, 512) for the warp-wide maximum m of
 // the lanes' amax (1 when every value is 0).
+// (Hand-written xor butterfly: every lane needs the maximum; CUB's
+// WarpReduce leaves it in lane 0 and would need a broadcast per tile.)
 KVTILE_DEVICE float pow2_norm_of_warp_max(float amax) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
