@@ -292,7 +292,7 @@ class decode_plan {
     if (!host_seq_lens) return status::null_pointer;
     if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
     const key k = make_key<Codec, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
-    const int ctas = detail::current_sm_count();
+    const int ctas = grid_size();
     const bool fresh = !(k == key_) || ctas != ctas_;
     if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
                          tr::rings, Codec::D);
@@ -321,7 +321,7 @@ class decode_plan {
     if (!host_seq_lens) return status::null_pointer;
     if (status s = can_implement_fp16<D>(cache, a); s != status::success) return s;
     const key k = make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
-    const int ctas = detail::current_sm_count();
+    const int ctas = grid_size();
     if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::page_tokens, tr::max_len(cache), ctas,
                          tr::warps, D);
         s != status::success)
@@ -341,6 +341,9 @@ class decode_plan {
     return detail::launch_fp16<D, QT>(cache, a, dim3(ctas_), p, stream);
   }
 
+  // At most n persistent CTAs from the next plan on (0: one per SM), e.g. to
+  // leave SMs to concurrent work.
+  void limit_ctas(int n) { max_ctas_ = n > 0 ? n : 0; }
   int ctas() const { return ctas_; }                // the grid of run()
   int chunks() const { return sched_.chunks; }      // partials of the last plan
   long long makespan() const { return sched_.makespan; }  // the scheduler's cost estimate (tiles)
@@ -374,6 +377,11 @@ class decode_plan {
     k.workspace_bytes = a.workspace_bytes;
     if (cudaGetDevice(&k.device) != cudaSuccess) k.device = -1;
     return k;
+  }
+
+  int grid_size() const {
+    const int sms = detail::current_sm_count();
+    return max_ctas_ > 0 && max_ctas_ < sms ? max_ctas_ : sms;
   }
 
   template <class QT>
@@ -423,6 +431,7 @@ class decode_plan {
   std::vector<std::uint8_t> staging_;
   long long total_tiles_ = 0;
   int ctas_ = 0;
+  int max_ctas_ = 0;
   bool pool_ = false;
 };
 
