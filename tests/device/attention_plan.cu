@@ -114,7 +114,7 @@ double check_step(quant_cache<Codec>& qc, step<Codec>& st, const mods& m, const 
 
 template <class Codec>
 void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const mods& m, std::uint64_t seed,
-               const char* name, bool also_one_call = true) {
+               const char* name, bool also_one_call = true, int max_ctas = 0, int expect_pool = -1) {
   case_cfg c;
   c.num_seqs = static_cast<int>(lens.size());
   c.kv_heads = kv_heads;
@@ -127,8 +127,11 @@ void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const 
   build_cache<Codec>(c, rng, qc, orig);
   step<Codec> st(qc, kv_heads * group, rng, m);
   attention::decode_plan plan;
+  plan.limit_ctas(max_ctas);
   st.poison();
   status s = plan.plan<Codec>(qc.view(), qc.lens.data(), st.a);
+  if (expect_pool >= 0)
+    check(plan.stage_pool() == (expect_pool == 1), std::string(name) + ": the planned kernel variant");
   check(s == status::success, std::string(name) + ": plan returns success (" + to_string(s) + ")");
   s = plan.run<Codec>(qc.view(), st.a);
   check(s == status::success, std::string(name) + ": run returns success (" + to_string(s) + ")");
@@ -343,7 +346,9 @@ int main(int argc, char** argv) {
     std::uniform_real_distribution<double> u(std::log(256.0), std::log(40000.0));
     for (auto& l : lens) l = static_cast<int>(std::exp(u(lr)));
     plan_case<C>(lens, 2, 4, true, mods{}, 5, "k4v2_g128 40 log-uniform lengths", false);
-    plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, false, mods{}, 6, "k4v2_g128 long (stage pool)");
+    // 3 CTAs for 6 units of 130-150 tiles: the stage-pool kernel, two chunks per CTA.
+    plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, true, mods{}, 6, "k4v2_g128 stage pool, 3 CTAs", true, 3, 1);
+    plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, false, mods{}, 6, "k4v2_g128 rings, 132 CTAs", false, 0, 0);
     plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900}, 2, 2, true, mods{}, 7,
                                                   "k2v2_g128 fp16_scales D=64");
   }
@@ -353,7 +358,9 @@ int main(int argc, char** argv) {
   plan_case<C>({1000, 300, 3000}, 2, 4, false, mods{-1, 5.0f}, 13, "soft-cap 5");
   plan_case<C>({2000, 1, 256, 700}, 2, 8, true, mods{300, 2.0f}, 14, "window 300 + soft-cap 2");
   if (!small) {
-    plan_case<C>({150 * 128 + 7, 140 * 128}, 2, 4, false, mods{5000, 8.0f}, 15, "window 5000 + soft-cap 8 (pool)");
+    plan_case<C>({150 * 128 + 7, 140 * 128}, 2, 4, false, mods{5000, 8.0f}, 15, "window 5000 + soft-cap 8", true, 0, 0);
+    plan_case<C>({150 * 128 + 7, 140 * 128, 300 * 128}, 2, 4, true, mods{30000, 8.0f}, 17,
+                 "window 30000 + soft-cap 8, stage pool, 3 CTAs", true, 3, 1);
     plan_case<k2v2_g128<64, kvtile::fp16_scales>>({900, 3 * 128}, 2, 2, true, mods{128, 3.0f}, 16,
                                                   "k2v2_g128 fp16_scales D=64 window 128 + soft-cap 3");
   }

@@ -178,48 +178,6 @@ KVTILE_DEVICE void pair_convert(const std::uint32_t* x, const std::uint32_t* y, 
   });
 }
 
-KVTILE_DEVICE std::uint32_t hmul2(std::uint32_t a, std::uint32_t b) {
-  std::uint32_t d;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-// Two E4M3 bytes (low byte -> low half) -> f16x2, exact.
-KVTILE_DEVICE std::uint32_t e4m3x2_to_half2(std::uint16_t w) {
-  std::uint32_t d;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"(w));
-  return d;
-}
-
-// pair_convert with a per-pair scale folded in: out[i] = {a.lo x_i, a.hi y_i} / 8,
-// a = an f16x2 of two E4M3 values (keys: the two channels' scales). Exact: an
-// E4M3 value times a code of <= 4 bits has <= 8 significant bits, and every
-// intermediate stays inside fp16's range: |a| <= 448, so the largest bias is
-// 1024 * 448 / 8 = 57,344 < 65,504, and the smallest scale a * 2^-(3 + 8) >=
-// 2^-20 stays on fp16's subnormal grid (2^-24); the fma.f16x2 rounds x a / 8,
-// which is representable, once. Same instruction count as pair_convert plus
-// 2 (4-bit) or 5 (2-bit) mul.f16x2 pairs per call to form the scales.
-template <int Bits, int N>
-KVTILE_DEVICE void pair_convert_scaled(const std::uint32_t* x, const std::uint32_t* y, std::uint32_t a,
-                                       std::uint32_t* out) {
-  constexpr int pieces = Bits == 4 ? 2 : 5;  // distinct bit offsets s = raw_shift: 16^j (4-bit) or 4^j (2-bit)
-  // sc[j] = a / 8 / 2^s, bi[j] = -1024 sc[j].
-  constexpr std::uint32_t sc_imm[5] = {0x30003000u, Bits == 4 ? 0x20002000u : 0x28002800u, 0x20002000u, 0x18001800u,
-                                       0x10001000u};  // 2^-3, 2^-7 (4-bit) | 2^-5, 2^-7, 2^-9, 2^-11 (2-bit)
-  constexpr std::uint32_t bi_imm[5] = {0xD800D800u, Bits == 4 ? 0xC800C800u : 0xD000D000u, 0xC800C800u, 0xC000C000u,
-                                       0xB800B800u};  // -2^7, -2^3 (4-bit) | -2^5, -2^3, -2, -2^-1 (2-bit)
-  std::uint32_t sc[pieces], bi[pieces];
-#pragma unroll
-  for (int j = 0; j < pieces; ++j) {
-    sc[j] = hmul2(a, sc_imm[j]);
-    bi[j] = hmul2(a, bi_imm[j]);
-  }
-  for_each_pair<Bits, N>(x, y, out, [&](std::uint32_t piece, auto k) {
-    constexpr int j = raw_shift<Bits>(decltype(k)::value) / Bits;
-    return hfma2(and_or<pair_detail::mask<Bits, decltype(k)::value>>(piece, 0x64006400u), sc[j], bi[j]);
-  });
-}
-
 // pair_convert without the fma: the masked pair itself is the operand, read as
 // fp16 SUBNORMALS. A code x at bit offset s of a 16-bit half, with s + Bits <=
 // 10 (inside the mantissa, exponent field 0), reads as the fp16 x 2^(s - 24),

@@ -219,12 +219,16 @@ inline schedule make_schedule(const schedule_request& r) {
   int best_c = longest;
   for (int c : cand) {
     const std::vector<long long> h = size_histogram(r, jlo, ntile, longest, c);
-    long long k = 0, top = 0;
+    long long k = 0, top = 0, sum = 0;
     for (std::size_t n = 1; n < h.size(); ++n)
       if (h[n]) {
         k += h[n];
         top = chunk_cost(static_cast<int>(n), r.rings);
+        sum += h[n] * top;
       }
+    // A lower bound no better than the best so far: skip the simulation.
+    const long long bound = std::max(top, (sum + r.ctas - 1) / r.ctas);
+    if (best_cost >= 0 && bound >= best_cost) continue;
     // At most one chunk per CTA: the makespan is the longest chunk's cost.
     const long long m = k <= r.ctas ? top : lpt(h, r.ctas, r.rings, [](int, int) {});
     if (best_cost < 0 || m < best_cost) {

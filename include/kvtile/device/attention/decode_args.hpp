@@ -1,0 +1,35 @@
+// kvtile/device/attention/decode_args.hpp: the arguments of one decode step (plain C++).
+// Used by paged_decode.cuh (decode_plan, paged_decode, the fp16 baseline).
+#pragma once
+
+#include <cstddef>
+
+#include "../../config.hpp"
+
+KVTILE_NAMESPACE_BEGIN
+namespace attention {
+
+// Arguments of one decode step. QT: half_t or bfloat16_t.
+template <class QT>
+struct decode_args {
+  const QT* q = nullptr;   // [num_seqs][q_heads][D]
+  QT* out = nullptr;       // [num_seqs][q_heads][D]
+  float* lse = nullptr;    // [num_seqs][q_heads] or null
+  int q_heads = 0;         // a multiple of the cache's kv_heads
+  float softmax_scale = 0; // usually 1/sqrt(D)
+  void* workspace = nullptr;  // workspace_bytes(...) bytes of device memory, 16-byte aligned
+  std::size_t workspace_bytes = 0;
+  int num_splits = 0;      // > 0: every sequence's tiles cut into this many chunks (tests); 0: automatic
+  // Left window: the query (at position len - 1) attends keys at positions
+  // >= len - 1 - window_left (window_left + 1 tokens); < 0: no window. Tiles
+  // entirely left of the window are skipped, the boundary tile is masked.
+  int window_left = -1;
+  // > 0: logit soft-cap, every score s = softmax_scale q.k becomes cap tanh(s / cap).
+  float logit_softcap = 0.0f;
+  // Programmatic dependent launch of the merge kernel (overlaps its launch
+  // with the attention kernel's tail). A failed launch returns cuda_error.
+  bool pdl = true;
+};
+
+}  // namespace attention
+KVTILE_NAMESPACE_END

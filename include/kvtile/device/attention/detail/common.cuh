@@ -1,0 +1,112 @@
+// kvtile/device/attention/detail/common.cuh: what every part of the decode kernels shares:
+// constants, the kernel parameters, the score modifiers (window, soft-cap)
+// and the query operand split.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "../../../config.hpp"
+#include "fragments.cuh"
+#include "schedule.hpp"
+
+KVTILE_NAMESPACE_BEGIN
+namespace attention::detail {
+
+inline constexpr float log2e = 1.4426950408889634f;
+inline constexpr float ln2 = 0.69314718055994531f;
+inline constexpr int max_group = 8;  // query heads per CTA (the MMA's N)
+
+template <class QT>
+KVTILE_DEVICE float load_q(const QT* p) {
+  return QT::from_bits(*reinterpret_cast<const std::uint16_t*>(p)).to_float();
+}
+template <class QT>
+KVTILE_DEVICE void store_q(QT* p, float v) {
+  *reinterpret_cast<std::uint16_t*>(p) = QT::from_float_bits(v);
+}
+
+struct kernel_params {
+  const void* q;
+  int q_heads;
+  int group;      // q_heads / kv_heads
+  int qgroups;    // ceil(group / 8)
+  int units;      // units per sequence: kv_heads * qgroups
+  int slot_rows;  // partial rows per slot: min(group, 8)
+  float scale_log2;
+  int num_splits; // without a plan: chunks per unit (grid (num_splits, units, num_seqs))
+  int window_left;
+  float cap;      // logit soft-cap in the log2 domain (cap * log2 e), 0: off
+  int max_len;    // tile_range's clamp of the device lengths
+  // With a plan (decode_plan): CTA c runs work[cta_begin[c] .. cta_begin[c + 1]);
+  // spans[unit] lists the unit's partial slots for the merge. Null: no plan.
+  const work_item* work;
+  const std::int32_t* cta_begin;
+  const unit_span* spans;
+  float* ws_o;    // [slot][slot_rows][D]
+  float* ws_ml;   // [slot][slot_rows][2]
+};
+
+// Window mask and soft-cap of one tile's scores (log2 domain): tokens below
+// lo are masked; cap > 0 applies cap tanh(x / cap).
+KVTILE_DEVICE float modify_score(float x, int tok, int lo, float cap) {
+  if (tok < lo) return -INFINITY;
+  return cap > 0.0f ? cap * tanhf(x / cap) : x;
+}
+
+// The QK B operand (the scaled query) is split into fp16 hi + lo parts and run
+// as two MMAs: one fp16 rounding of the query costs ~2^-12 relative per score,
+// which at realistic score ranges is ~1e-3 in the output (measured); hi + lo
+// brings it to ~2^-22. The tensor cores have the headroom (docs/attention.md).
+#ifndef KVTILE_ATTENTION_SPLIT_QUERY
+#define KVTILE_ATTENTION_SPLIT_QUERY 1
+#endif
+inline constexpr bool split_query = KVTILE_ATTENTION_SPLIT_QUERY != 0;
+
+// Raw codes (pair_extract, fragments.cuh): codes whose conversion only undoes
+// the magic number enter the MMA as fp16 subnormals, one LOP3 per register
+// instead of LOP3 + fma.f16x2; the position factor is a constant of the
+// accumulator, removed in the fp32 scale that follows anyway. Used for every
+// key (the per-channel key scale goes into the query, split hi + lo per tile)
+// and for values in the packed layout (P is hi + lo there, so the codes need
+// no centering); the 8-query layout converts values centered. The measured
+// alternatives (scale folded into the conversion, no raw codes, partial QK
+// unrolling) are in docs/attention.md.
+
+KVTILE_DEVICE void split_b(float x0, float x1, float x2, float x3, std::uint32_t (&b)[4]) {
+  b[0] = pack_half2(x0, x1);
+  b[1] = pack_half2(x2, x3);
+  if constexpr (split_query) {
+    float h0, h1, h2, h3;
+    half2_to_float2(b[0], h0, h1);
+    half2_to_float2(b[1], h2, h3);
+    b[2] = pack_half2(x0 - h0, x1 - h1);
+    b[3] = pack_half2(x2 - h2, x3 - h3);
+  }
+}
+
+// Packed layout: only the part of split_b's output that this lane's B column
+// holds, the hi part (lo = 0) or the lo part x - hi (lo = 1; FMA with 1 gives
+// the same exact difference): 2 conversions and no select instead of 4.
+KVTILE_DEVICE void split_b_part(float x0, float x1, float x2, float x3, float lo, std::uint32_t (&b)[2]) {
+  if constexpr (split_query) {
+    const std::uint32_t h01 = pack_half2(x0, x1), h23 = pack_half2(x2, x3);
+    float h0, h1, h2, h3;
+    half2_to_float2(h01, h0, h1);
+    half2_to_float2(h23, h2, h3);
+    b[0] = pack_half2(fmaf(-lo, h0, x0), fmaf(-lo, h1, x1));
+    b[1] = pack_half2(fmaf(-lo, h2, x2), fmaf(-lo, h3, x3));
+  } else {  // no lo part: its columns are zero
+    b[0] = lo != 0.0f ? 0u : pack_half2(x0, x1);
+    b[1] = lo != 0.0f ? 0u : pack_half2(x2, x3);
+  }
+}
+
+// Index of the uint4 fragment of query row r, k-step kk, lane t%4 (channels
+// 16 kk + 4 t .. + 3): a warp's 16-byte reads of one k-step are contiguous.
+KVTILE_DEVICE constexpr int qf_index(int kk, int r, int t) { return (kk * max_group + r) * 4 + t; }
+
+}  // namespace attention::detail
+KVTILE_NAMESPACE_END

@@ -1,0 +1,176 @@
+// kvtile/device/attention/detail/kernels.cuh: the two attention kernels (quantized cache, fp16
+// baseline): per chunk, barriers, prologue, query, tile loop, partial.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../../../config.hpp"
+#include "../../../paged/fp16_paged_cache.hpp"
+#include "../../../paged/paged_cache.hpp"
+#include "common.cuh"
+#include "merge.cuh"
+#include "pipeline.cuh"
+#include "tiles.cuh"
+
+KVTILE_NAMESPACE_BEGIN
+namespace attention::detail {
+
+template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0>
+__global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
+    quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
+  constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H;
+  constexpr bool Swz = quant_swizzled<Config, Packer, Stages>();
+  static_assert(Pool == 0 || (H == 1 && Stages == 1 && Pool > W), "a stage pool: one warp per record, > W stages");
+  using SL = stage_layout<Config, Packer, H, Swz>;  // the record in a stage (code pieces, padding)
+  // Pool: R x Stages = Pool stages; the 2 Pool barrier slots are Pool full barriers and the tickets.
+  using plan = smem_plan<D, W, Stages, SL::bytes, (Pool > 0 ? Pool : R), true>;
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  float* qn = reinterpret_cast<float*>(smem + plan::qn);
+  float* nf = reinterpret_cast<float*>(smem + plan::nf);
+  uint4* qf = reinterpret_cast<uint4*>(smem + plan::qf);
+  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
+  std::uint8_t* stages = smem + plan::stages;
+  std::uint32_t* tickets = reinterpret_cast<std::uint32_t*>(bars + Pool);
+  constexpr int nbars = Pool > 0 ? Pool : 2 * R * Stages;
+
+  int first = 0;
+  const int count = chunk_count(p, first);
+  for (int ci = first; ci < first + count; ++ci) {
+    const chunk_ref c = chunk_at(p, ci, cache.seq_lens, G);
+    const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
+    init_barriers<nbars, Pool>(bars, tickets, ci > first);
+    const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left);
+    const int n_full = ts.len / G, tail = ts.len % G;
+    const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
+    const bool sink = cache.has_sink();
+    const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
+    auto is_quant = [&](int j) { return j < n_full && !(sink && j == 0); };
+    // Out-of-range page ids (a corrupt page table) are never dereferenced: the
+    // stage's barrier completes without a copy and the tile contributes nothing.
+    auto page_ok = [&](int j) {
+      const std::int32_t pg = ptab[j];
+      return pg >= 0 && pg < cache.num_pages;
+    };
+    auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+      if (!is_quant(j)) return;
+      if (page_ok(j)) {
+        stage_record<SL>(dst, cache.record(ptab[j], kvh), bar);
+      } else {
+        mbar_arrive(bar);
+      }
+    };
+    __syncthreads();  // barriers initialized: the first records fly while the queries are rotated
+    if constexpr (Pool > 0) {
+      pool_prologue<W, Pool>(j0, j1, stages, plan::stage_bytes, bars, tickets, stage_src);
+    } else {
+      ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
+    }
+    load_queries<QT, D, W, true, true, Swz>(p, seq, kvh, qg, qn, nf, qf);
+    __syncthreads();
+
+    const int sub = (threadIdx.x >> 5) % H;
+    const int t = (threadIdx.x & 31) & 3;
+    const float nfq[2] = {nf[PK ? t : 2 * t], nf[PK ? t : 2 * t + 1]};
+    warp_state<D, PK ? 1 : 2> st;
+    st.reset();
+
+    auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
+      const int lo = ts.lo - j * G;  // > 0 only in the window's boundary tile
+      if (is_quant(j)) {
+        mbar_wait(bar, par);
+        if (page_ok(j)) quant_tile<Config, Packer, H, Swz, PK>(buf, qn, qf, nfq, st, sub, lo, p.cap);
+        return true;
+      }
+      const std::int64_t off = cache.tile_offset(seq, kvh);
+      if (j < n_full) {  // the sink
+        fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
+                                    reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, lo, p.cap, qf, nfq,
+                                    st, sub);
+      } else {
+        fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
+                                    reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, lo, p.cap, qf,
+                                    nfq, st, sub);
+      }
+      return false;
+    };
+    if constexpr (Pool > 0) {
+      pool_loop<W, Pool>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
+    } else {
+      warp_loop<R, H, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+    }
+    if (ci + 1 == first + count)
+      asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
+    write_partial<D, W, Swz, PK ? 1 : 2>(st, stages, p, qg, c.slot);
+    fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
+    __syncthreads();
+  }
+}
+
+template <int D, int PT, class QT, int W, int Stages>
+__global__ void __launch_bounds__(W * 32, 1)
+    fp16_decode_kernel(const __grid_constant__ fp16_paged_cache_view cache, const __grid_constant__ kernel_params p) {
+  constexpr std::size_t half_bytes = static_cast<std::size_t>(PT) * D * 2;
+  using plan = smem_plan<D, W, Stages, 2 * half_bytes>;
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  float* qn = reinterpret_cast<float*>(smem + plan::qn);
+  float* nf = reinterpret_cast<float*>(smem + plan::nf);
+  uint4* qf = reinterpret_cast<uint4*>(smem + plan::qf);
+  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
+  std::uint8_t* stages = smem + plan::stages;
+
+  int first = 0;
+  const int count = chunk_count(p, first);
+  for (int ci = first; ci < first + count; ++ci) {
+    const chunk_ref c = chunk_at(p, ci, cache.seq_lens, PT);
+    const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
+    init_barriers<2 * W * Stages, 0>(bars, nullptr, ci > first);
+    load_queries<QT, D, W, false, false, false>(p, seq, kvh, qg, qn, nf, qf);
+    __syncthreads();
+
+    const tile_span ts = tile_range(cache.seq_lens[seq], PT, p.max_len, p.window_left);
+    const int len = ts.len;
+    const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
+    const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
+    auto page_ok = [&](int j) {
+      const std::int32_t pg = ptab[j];
+      return pg >= 0 && pg < cache.num_pages;
+    };
+
+    const int t = (threadIdx.x & 31) & 3;
+    const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
+    warp_state<D> st;
+    st.reset();
+
+    auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+      if (!page_ok(j)) {
+        mbar_arrive(bar);
+        return;
+      }
+      const std::int64_t off = cache.block_offset(ptab[j], kvh);
+      mbar_expect_tx(bar, static_cast<std::uint32_t>(2 * half_bytes));
+      bulk_copy_g2s(dst, cache.k + off, static_cast<std::uint32_t>(half_bytes), bar);
+      bulk_copy_g2s(dst + half_bytes, cache.v + off, static_cast<std::uint32_t>(half_bytes), bar);
+    };
+    auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
+      mbar_wait(bar, par);
+      if (page_ok(j)) {
+        const int nv = min(PT, len - j * PT);
+        fp16_tile<D, PT>(reinterpret_cast<const std::uint16_t*>(buf),
+                         reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, ts.lo - j * PT, p.cap, qf, nfq,
+                         st);
+      }
+      return true;
+    };
+    warp_loop<W, 1, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+    if (ci + 1 == first + count)
+      asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
+    write_partial<D, W>(st, stages, p, qg, c.slot);
+    fence_proxy_async();
+    __syncthreads();
+  }
+}
+
+}  // namespace attention::detail
+KVTILE_NAMESPACE_END

@@ -1,0 +1,300 @@
+// kvtile/device/attention/detail/pipeline.cuh: shared-memory plan and tile pipelines of the decode
+// kernels: the stage layout budget, the ring loop (W warps, 2 stages each),
+// the stage pool (W warps share S > W stages), the CTA's chunks (plan or grid)
+// and the barrier (re)initialization between chunks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../../../config.hpp"
+#include "common.cuh"
+#include "fragments.cuh"
+#include "schedule.hpp"
+#include "tile_layout.cuh"
+
+KVTILE_NAMESPACE_BEGIN
+namespace attention::detail {
+
+// Shared-memory plan of a decode CTA.
+// W warps share R rings of Stages stages (W / R warps per ring, each taking
+// part of every tile); each stage has a "full" and an "empty" mbarrier.
+// KeepQn: the fp32 query rows stay live next to the fragments (the quantized
+// kernel's per-tile q a path); otherwise the fragments overwrite them once made.
+template <int D, int W, int Stages, std::size_t StageBytes, int R = W, bool KeepQn = false>
+struct smem_plan {
+  static constexpr int q_stride = D + 16;  // floats; keeps the 16-byte query reads conflict-free
+  static constexpr std::size_t qn = 0;
+  static constexpr std::size_t nf = qn + sizeof(float) * max_group * q_stride;
+  // qf: the query as QK B-operand fragments, fp16 hi and lo (qf_index below).
+  static constexpr std::size_t qf = KeepQn ? (nf + sizeof(float) * max_group + 15) / 16 * 16 : qn;
+  static constexpr std::size_t bars = KeepQn ? qf + sizeof(std::uint32_t) * 4 * max_group * D / 4
+                                             : nf + sizeof(float) * max_group;
+  static constexpr std::size_t stages = (bars + 2 * 8 * R * Stages + 127) / 128 * 128;
+  static constexpr std::size_t stage_bytes = (StageBytes + 127) / 128 * 128;
+  static constexpr std::size_t bytes = stages + stage_bytes * R * Stages;
+  // Epilogue reuse of the stage area: per warp O [8][D + 4], m [8], l [8].
+  static constexpr int o_stride = D + 4;
+  static constexpr std::size_t merge_bytes = sizeof(float) * W * max_group * (o_stride + 2);
+  static_assert(merge_bytes <= stage_bytes * R * Stages, "epilogue scratch must fit in the stage area");
+};
+
+inline constexpr std::size_t smem_budget = 222 * 1024;
+
+template <std::size_t StageBytes, int Stages, int MaxW = 8>
+constexpr int warps_for() {
+  const std::size_t per_warp = (StageBytes + 127) / 128 * 128 * Stages + 16 * Stages;
+  const std::size_t w = (smem_budget - 8 * 1024) / per_warp;
+  return w >= MaxW ? MaxW : (w < 1 ? 1 : static_cast<int>(w));
+}
+
+// Quantized kernel: stages per ring and the most rings per CTA. Default: 2
+// stages, 8 rings (8 warps, 255 registers). Stages = 1 with more rings trades
+// the second record in flight per warp for more warps per SM (the register
+// budget per thread falls to 65536 / threads).
+#ifndef KVTILE_ATTENTION_STAGES
+#define KVTILE_ATTENTION_STAGES 2
+#endif
+#ifndef KVTILE_ATTENTION_MAX_RINGS
+#define KVTILE_ATTENTION_MAX_RINGS 8
+#endif
+
+// The largest ring count <= R whose plan (stages of StageBytes) fits the SM's
+// 227 KB (warps_for keeps 8 KB of slack; the padded stages of tile_layout.cuh
+// need part of it: k4v2_g128 D = 128 fp8 keeps 8 rings with 224,128 of 232,448
+// bytes). See quant_swizzled.
+template <int D, int Stages, std::size_t StageBytes, bool KeepQn, int R>
+constexpr int fit_rings() {
+  if constexpr (R <= 1) {
+    return 1;
+  } else if constexpr (smem_plan<D, R, Stages, StageBytes, R, KeepQn>::bytes <= 227 * 1024) {
+    return R;
+  } else {
+    return fit_rings<D, Stages, StageBytes, KeepQn, R - 1>();
+  }
+}
+
+// Stage-pool kernel (pool_loop below): KVTILE_ATTENTION_POOL stages (0: none)
+// shared by KVTILE_ATTENTION_POOL_WARPS warps. H200, k4v2_g128 D = 128,
+// 2026-11-29: 12 warps / 16 stages (168 registers) vs 8 warps x 2 stages:
+// 16 x 64K 279 vs 298 us, 32 x 16K 161 vs 164 us, but 1 x 128K (16 splits)
+// 59.8 vs 56.5 us and 8 x 16K 57.0 vs 54.3 us, so paged_decode takes it only
+// for single-split launches over >= 128 tiles per sequence.
+#ifndef KVTILE_ATTENTION_POOL
+#define KVTILE_ATTENTION_POOL 16
+#endif
+#ifndef KVTILE_ATTENTION_POOL_WARPS
+#define KVTILE_ATTENTION_POOL_WARPS 12
+#endif
+// The largest pool size <= P (stages shared by W warps) that fits, or 0 when
+// that is not more than W (a pool needs spare stages).
+template <int D, int W, std::size_t StageBytes, bool KeepQn, int P>
+constexpr int fit_pool() {
+  if constexpr (P <= W) {
+    return 0;
+  } else if constexpr (smem_plan<D, W, 1, StageBytes, P, KeepQn>::bytes <= 227 * 1024) {
+    return P;
+  } else {
+    return fit_pool<D, W, StageBytes, KeepQn, P - 1>();
+  }
+}
+template <int D, int W, std::size_t StageBytes, bool KeepQn, int P>
+constexpr std::size_t pool_smem_bytes() {
+  if constexpr (P > 0) {
+    return smem_plan<D, W, 1, StageBytes, P, KeepQn>::bytes;
+  } else {
+    return 0;
+  }
+}
+
+// Warps per record: one (two warps sharing a record measured 5-8% slower on
+// the H200; docs/attention.md).
+template <class Config>
+constexpr int warps_per_record() {
+  return 1;
+}
+
+// Whether the quantized kernel of (Config, Packer) uses the conflict-free stage
+// layout (tile_layout.cuh): with KVTILE_ATTENTION_SWIZZLE, unless its padding
+// would cost a ring (a record in flight per stage pair) under the 227 KB of
+// shared memory; of the presets only k4v2_g128 D = 256 fp16_scales (4 rings,
+// 256 bytes to spare) keeps the previous layout.
+template <class Config, class Packer, int Stages>
+constexpr bool quant_swizzled() {
+  if constexpr (!conflict_free_layout) {
+    return false;
+  } else {
+    constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages, KVTILE_ATTENTION_MAX_RINGS>();
+    using SL = stage_layout<Config, Packer, warps_per_record<Config>(), true>;
+    return fit_rings<Config::head_dim, Stages, SL::bytes, true, r0>() == r0;
+  }
+}
+
+// Warp loop shared by both kernels: tiles j in [j0, j1) of one sequence. The
+// W = R * H warps form R rings of H warps; ring w takes tiles j0 + w, j0 + w + R,
+// ..., every warp of the ring runs every tile of it (each its part).
+// stage_src(j, dst, bar) issues the copies of an async tile (nothing if the tile
+// is not staged); run(j, stage, bar, parity) processes tile j and returns
+// whether it was staged. Lane 0 of the ring's warp 0 issues the copies; with
+// H = 2 it waits on the stage's "empty" mbarrier, which the other warp arrives
+// on when it is done with the stage.
+template <int R, int H, int Stages, class StageFn>
+KVTILE_DEVICE void ring_prologue(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
+                                 StageFn&& stage_src) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int ring = warp / H, sub = warp % H;
+  std::uint8_t* my = stages + static_cast<std::size_t>(ring) * Stages * stage_bytes;
+#pragma unroll
+  for (int k = 0; k < Stages; ++k) {
+    const int j = j0 + ring + k * R;
+    if (j < j1 && sub == 0 && lane == 0) stage_src(j, my + k * stage_bytes, bars + ring * Stages + k);
+  }
+}
+
+// Prologue = false: the caller has run ring_prologue already.
+template <int R, int H, int Stages, bool Prologue = true, class StageFn, class RunFn>
+KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
+                             StageFn&& stage_src, RunFn&& run) {
+  static_assert(H == 1 || H == 2, "one or two warps per ring");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int ring = warp / H, sub = warp % H;
+  std::uint8_t* my = stages + static_cast<std::size_t>(ring) * Stages * stage_bytes;
+  std::uint64_t* full = bars + ring * Stages;
+  std::uint64_t* empty = bars + (R + ring) * Stages;
+  std::uint32_t parity = 0, eparity = 0;
+  if constexpr (Prologue) ring_prologue<R, H, Stages>(j0, j1, stages, stage_bytes, bars, stage_src);
+  for (int k = 0;; ++k) {
+    const int j = j0 + ring + k * R;
+    if (j >= j1) break;
+    const int sidx = k % Stages;
+    std::uint8_t* buf = my + sidx * stage_bytes;
+    const bool staged = run(j, buf, full + sidx, (parity >> sidx) & 1u);
+    if (staged) parity ^= 1u << sidx;
+    __syncwarp();
+    const int jn = j + Stages * R;
+    if constexpr (H > 1) {
+      if (sub != 0) {
+        if (staged && lane == 0) mbar_arrive(empty + sidx);
+        continue;
+      }
+    }
+    if (jn < j1 && lane == 0) {
+      if constexpr (H > 1) {
+        if (staged) mbar_wait(empty + sidx, (eparity >> sidx) & 1u);
+      }
+      fence_proxy_async();
+      stage_src(jn, buf, full + sidx);
+    }
+    if (staged) eparity ^= 1u << sidx;
+  }
+}
+
+// Stage pool (KVTILE_ATTENTION_POOL): S stages shared by W warps (S > W, one
+// warp per record). Local tile k = j - j0 goes to warp k % W and stage k % S.
+// The warp that finishes tile k issues tile k + S into the stage it just freed,
+// so S - W records are in flight beyond the W being computed, with fewer than 2
+// stages per warp. tickets[s] counts the tiles released into stage s (issued,
+// or skipped when not staged): the consumer of tile k (use u = k / S of stage
+// s) first waits for tickets[s] > u, which orders it after the consumer of
+// tile k - S and so after that tile's load, so the full barrier's phase parity
+// (the staged uses before k; only tile 0 can be an unstaged one, the sink)
+// cannot alias an older phase.
+// Ticket accesses are shared-memory atomics with CTA fences (release: fence,
+// then the atomic store; acquire: the atomic load, then a fence), which
+// compute-sanitizer's racecheck treats as synchronized.
+KVTILE_DEVICE std::uint32_t ticket_acquire(std::uint32_t* p) {
+  const std::uint32_t v = atomicAdd(p, 0u);
+  __threadfence_block();
+  return v;
+}
+KVTILE_DEVICE void ticket_release(std::uint32_t* p, std::uint32_t v) {
+  __threadfence_block();
+  atomicExch(p, v);
+}
+
+template <int W, int S, class StageFn>
+KVTILE_DEVICE void pool_prologue(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* full,
+                                 std::uint32_t* tickets, StageFn&& stage_src) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane != 0) return;
+  for (int k = warp; k < S; k += W) {
+    if (j0 + k < j1) stage_src(j0 + k, stages + k * stage_bytes, full + k);
+    ticket_release(tickets + k, 1u);
+  }
+}
+
+template <int W, int S, class StageFn, class RunFn>
+KVTILE_DEVICE void pool_loop(int j0, int j1, bool skip0, std::uint8_t* stages, std::size_t stage_bytes,
+                             std::uint64_t* full, std::uint32_t* tickets, StageFn&& stage_src, RunFn&& run) {
+  static_assert(S > W, "a pool has more stages than warps");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n = j1 - j0;
+  for (int k = warp; k < n; k += W) {
+    const int sidx = k % S, u = k / S;
+    if (lane == 0)
+      while (ticket_acquire(tickets + sidx) <= static_cast<std::uint32_t>(u)) {
+      }
+    __syncwarp();
+    const int staged_before = u - (skip0 && sidx == 0 && u > 0 ? 1 : 0);
+    std::uint8_t* buf = stages + sidx * stage_bytes;
+    run(j0 + k, buf, full + sidx, static_cast<std::uint32_t>(staged_before) & 1u);
+    __syncwarp();
+    if (lane == 0 && k + S < n) {
+      fence_proxy_async();
+      stage_src(j0 + k + S, buf, full + sidx);
+      ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
+    }
+  }
+}
+
+// The chunk a CTA runs: from the plan's work list, or (no plan) from the grid
+// (num_splits, units, num_seqs): split blockIdx.x of unit blockIdx.y of
+// sequence blockIdx.z, the sequence's visible tiles cut into num_splits ranges.
+struct chunk_ref {
+  int seq, u, slot, j0, j1;  // j0, j1: requested tiles (clamped to the device length by the caller)
+};
+KVTILE_DEVICE int chunk_count(const kernel_params& p, int& first) {
+  if (p.work) {
+    first = p.cta_begin[blockIdx.x];
+    return p.cta_begin[blockIdx.x + 1] - first;
+  }
+  first = 0;
+  return 1;
+}
+KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int32_t* seq_lens, int T) {
+  chunk_ref c;
+  if (p.work) {
+    const work_item w = p.work[ci];
+    c.seq = w.unit / p.units;
+    c.u = w.unit % p.units;
+    c.slot = w.slot;
+    c.j0 = w.j0;
+    c.j1 = w.j1;
+  } else {
+    c.seq = blockIdx.z;
+    c.u = blockIdx.y;
+    c.slot = (blockIdx.z * p.units + blockIdx.y) * p.num_splits + blockIdx.x;
+    const tile_span ts = tile_range(seq_lens[c.seq], T, p.max_len, p.window_left);
+    const int n = ts.n_tiles - ts.jlo, per = (n + p.num_splits - 1) / p.num_splits;
+    c.j0 = min(ts.n_tiles, ts.jlo + static_cast<int>(blockIdx.x) * per);
+    c.j1 = min(ts.n_tiles, c.j0 + per);
+  }
+  return c;
+}
+
+// (Re)initializes the CTA's mbarriers (and pool tickets) before a chunk; the
+// previous chunk's phases are all complete (every issued copy was waited for).
+template <int NBars, int Pool>
+KVTILE_DEVICE void init_barriers(std::uint64_t* bars, std::uint32_t* tickets, bool again) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < NBars; ++i) {
+      if (again) mbar_inval(bars + i);
+      mbar_init(bars + i, 1);
+    }
+    for (int i = 0; i < Pool; ++i) tickets[i] = 0u;
+    mbar_init_fence();
+  }
+}
+
+}  // namespace attention::detail
+KVTILE_NAMESPACE_END

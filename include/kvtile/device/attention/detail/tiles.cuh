@@ -1,0 +1,531 @@
+// kvtile/device/attention/detail/tiles.cuh: the math of one tile: query load and rotation,
+// the fp16 tile (tail, sink, fp16 baseline) and the quantized tile (QK on
+// tensor cores over raw codes, softmax, PV).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "../../../config.hpp"
+#include "../../../packing/fp16_scales.hpp"
+#include "../../../packing/fp8_scales.hpp"
+#include "../../../rotation/hadamard.hpp"
+#include "common.cuh"
+#include "fragments.cuh"
+#include "softmax.cuh"
+#include "tile_layout.cuh"
+
+KVTILE_NAMESPACE_BEGIN
+namespace attention::detail {
+
+// Rotates (FWHT), scales and normalizes the CTA's query rows into shared memory:
+// qn[row][d] = (q H)[d] * scale * log2(e) / nf[row], nf[row] a power of two with
+// max |qn[row]| in [1, 2). Rows past the group are zero. The fragments qf follow
+// the QK channel order key_order<D, Swz> (tile_layout.cuh).
+template <class QT, int D, int W, bool Rotate, bool KeepQn, bool Swz>
+KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg, float* qn, float* nf, uint4* qf) {
+  constexpr int q_stride = D + 16;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int row = warp; row < max_group; row += W) {
+    float* v = qn + row * q_stride;
+    const int gi = qg * max_group + row;
+    const bool valid = gi < p.group;
+    const QT* src = static_cast<const QT*>(p.q) + (static_cast<std::int64_t>(seq) * p.q_heads + kvh * p.group + gi) * D;
+    for (int d = lane; d < D; d += 32) v[d] = valid ? load_q<QT>(src + d) : 0.0f;
+    __syncwarp();
+    for (int h = 1; Rotate && h < D; h *= 2) {
+      for (int i = lane; i < D / 2; i += 32) {
+        const int a = (i / h) * 2 * h + (i % h);
+        const float x = v[a], y = v[a + h];
+        v[a] = x + y;
+        v[a + h] = x - y;
+      }
+      __syncwarp();
+    }
+    float amax = 0.0f;
+    for (int d = lane; d < D; d += 32) {
+      const float x = Rotate ? __fmul_rn(__fmul_rn(v[d], kvtile::detail::hadamard_norm<D>::value), p.scale_log2)
+                             : __fmul_rn(v[d], p.scale_log2);
+      v[d] = x;
+      amax = fmaxf(amax, fabsf(x));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    int e = 0;
+    if (amax > 0.0f) frexpf(amax, &e);  // amax in [2^(e-1), 2^e)
+    const int k = amax > 0.0f ? e - 1 : 0;
+    __syncwarp();
+    if constexpr (KeepQn && Swz) {  // kept rows are padded (key_order::qpad) for the per-tile k-step reads
+      float x[D / 32];
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) x[i] = ldexpf(v[lane + 32 * i], -k);
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) v[key_order<D, Swz>::qpad(lane + 32 * i)] = x[i];
+    } else {
+      for (int d = lane; d < D; d += 32) v[d] = ldexpf(v[d], -k);
+    }
+    if (lane == 0) nf[row] = ldexpf(1.0f, k);
+    __syncwarp();
+    // The row's QK B fragments (fp16 hi, lo of 4 channels per (k-step, t)), made once per CTA.
+    for (int u = lane; KeepQn && u < D / 4; u += 32) {
+      const float4 x = *reinterpret_cast<const float4*>(v + key_order<D, Swz>::qpad(4 * u));
+      std::uint32_t b[4] = {0u, 0u, 0u, 0u};
+      split_b(x.x, x.y, x.z, x.w, b);
+      qf[qf_index(key_order<D, Swz>::unit_kk(u), row, key_order<D, Swz>::unit_t(u))] =
+          make_uint4(b[0], b[1], b[2], b[3]);
+    }
+  }
+  if constexpr (!KeepQn) {  // qf overlays qn: read every row, then write the fragments
+    constexpr int units = max_group * D / 4, per = (units + W * 32 - 1) / (W * 32);
+    uint4 f[per];
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < per; ++k) {
+      const int u = threadIdx.x + k * W * 32;
+      if (u < units) {
+        const float4 x = *reinterpret_cast<const float4*>(qn + (u / (D / 4)) * q_stride + 4 * (u % (D / 4)));
+        std::uint32_t b[4] = {0u, 0u, 0u, 0u};
+        split_b(x.x, x.y, x.z, x.w, b);
+        f[k] = make_uint4(b[0], b[1], b[2], b[3]);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < per; ++k) {
+      const int u = threadIdx.x + k * W * 32;
+      const int row = u / (D / 4), g = u % (D / 4);
+      if (u < units) qf[qf_index(key_order<D, Swz>::unit_kk(g), row, key_order<D, Swz>::unit_t(g))] = f[k];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- fp16 tile
+// K, V: GT x D fp16, token-major (shared or global memory); tokens >= n_valid
+// are masked (their V is never read). H warps share the tile: warp `sub` takes
+// the MMA token blocks i in [sub * GM / H, (sub + 1) * GM / H). Swz: the QK
+// channel and PV output orders of the quantized tiles (tile_layout.cuh; the
+// tile's own token order is free, it does not outlive the tile).
+template <int D, int GT, int H = 1, bool Swz = false, bool PK = false>
+KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, int lo, float cap, const uint4* qf,
+                             const float (&nfq)[2], warp_state<D, PK ? 1 : 2>& st, int sub = 0) {
+  using OO = out_order<D, Swz>;
+  constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16,
+                MC = OO::OC > 1 ? OO::MCo : ((D / 16) < 8 ? (D / 16) : 8), NCH = (D / 16) / MC, CE = 2 * MC;
+  const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
+  float s[GM][4];
+#pragma unroll
+  for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    const int c0 = key_order<D, Swz>::chan0(kk, t);
+    std::uint32_t b[4];
+    if constexpr (PK) {
+      const uint2 bq = packed_qf(qf, kk, r, t);
+      b[0] = bq.x;
+      b[1] = bq.y;
+    } else {
+      const uint4 bq = qf[qf_index(kk, r, t)];
+      b[0] = bq.x;
+      b[1] = bq.y;
+      b[2] = bq.z;
+      b[3] = bq.w;
+    }
+#pragma unroll
+    for (int i = 0; i < GM; ++i) {
+      const int T0 = E * r + 2 * (sub * GM + i);
+      const uint2 k0 = *reinterpret_cast<const uint2*>(K + T0 * D + c0);
+      const uint2 k1 = *reinterpret_cast<const uint2*>(K + (T0 + 1) * D + c0);
+      mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[0], b[1]);
+      if constexpr (split_query && !PK) mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[2], b[3]);
+    }
+  }
+  std::uint32_t pb0[GM], pb1[GM];
+  float alpha[2];
+  if constexpr (PK) {
+    float sc[GM][2];
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int tok = E * r + 2 * (sub * GM + i) + h;
+        sc[i][h] = tok < n_valid ? modify_score((s[i][2 * h] + s[i][2 * h + 1]) * nfq[0], tok, lo, cap) : -INFINITY;
+      }
+    online_softmax1<GM>(sc, st.m, st.l, alpha[0]);
+    p_to_b_split<GM>(sc, pb0, pb1);
+  } else {
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int tok = E * r + 2 * (sub * GM + i) + (c >> 1);
+        s[i][c] = tok < n_valid ? modify_score(s[i][c] * nfq[c & 1], tok, lo, cap) : -INFINITY;
+      }
+    online_softmax<GM>(s, st.m, st.l, alpha);
+    p_to_b<GM>(s, pb0, pb1);
+#pragma unroll
+    for (int m = 0; m < D / 16; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) st.o[m][c] *= alpha[c & 1];
+  }
+#pragma unroll
+  for (int ch = 0; ch < NCH; ++ch) {
+    float acc[PK ? MC : 1][4];  // packed: this chunk's (hi, lo) columns, summed into st.o below
+    if constexpr (PK) {
+#pragma unroll
+      for (int jj = 0; jj < MC; ++jj) acc[jj][0] = acc[jj][1] = acc[jj][2] = acc[jj][3] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < GM; ++i) {
+      const int tA = E * 2 * t + 2 * (sub * GM + i), tB = tA + E;
+      const int toks[4] = {tA, tB, tA + 1, tB + 1};
+      std::uint32_t w[4][CE / 2];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (toks[u] < n_valid) {
+          load_words<2 * CE>(reinterpret_cast<const std::uint8_t*>(V + toks[u] * D + OO::template run<NCH, CE>(ch, r)),
+                             w[u]);
+        } else {
+#pragma unroll
+          for (int x = 0; x < CE / 2; ++x) w[u][x] = 0u;
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < MC; ++jj) {
+        const std::uint32_t a0 = prmt(w[0][jj], w[1][jj], 0x5410u), a1 = prmt(w[0][jj], w[1][jj], 0x7632u),
+                            a2 = prmt(w[2][jj], w[3][jj], 0x5410u), a3 = prmt(w[2][jj], w[3][jj], 0x7632u);
+        if constexpr (PK) {
+          mma_f16(acc[jj], a0, a1, a2, a3, pb0[i], pb1[i]);
+        } else {
+          mma_f16(st.o[ch * MC + jj], a0, a1, a2, a3, pb0[i], pb1[i]);
+        }
+      }
+    }
+    if constexpr (PK) {
+#pragma unroll
+      for (int jj = 0; jj < MC; ++jj)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& o = st.o[ch * MC + jj][h];
+          o = fmaf(alpha[0], o, acc[jj][2 * h] + acc[jj][2 * h + 1]);
+        }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- quantized tile
+
+// N consecutive scale entries of a record field -> floats (E4M3 without its
+// vector scale, or fp16 times `mult`).
+template <bool Fp8, int N>
+KVTILE_DEVICE void load_scales(const std::uint8_t* p, float* f, float mult) {
+  if constexpr (Fp8) {
+    std::uint32_t w[N / 4];
+    load_words<N>(p, w);
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) e4m3x4_to_float(w[i], f + 4 * i);
+  } else {
+    std::uint32_t w[N / 2];
+    load_words<2 * N>(p, w);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      half2_to_float2(w[i], f[2 * i], f[2 * i + 1]);
+      f[2 * i] *= mult;
+      f[2 * i + 1] *= mult;
+    }
+  }
+}
+
+template <int N>
+KVTILE_DEVICE void load_halves(const std::uint8_t* p, float* f) {
+  std::uint32_t w[N / 2];
+  load_words<2 * N>(p, w);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) half2_to_float2(w[i], f[2 * i], f[2 * i + 1]);
+}
+
+// The power of two f with m * f in [256, 512) for the warp-wide maximum m of
+// the lanes' amax (1 when every value is 0).
+// (Hand-written xor butterfly: every lane needs the maximum; CUB's
+// WarpReduce leaves it in lane 0 and would need a broadcast per tile.)
+KVTILE_DEVICE float pow2_norm_of_warp_max(float amax) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!(amax > 0.0f)) return 1.0f;
+  int e;
+  frexpf(amax, &e);
+  return ldexpf(1.0f, 9 - e);
+}
+
+// fp16_scales: power of two f with max(a) * f in [256, 512) over n fp16 entries.
+KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
+  float amax = 0.0f;
+  for (int i = threadIdx.x & 31; i < n; i += 32) {
+    float lo, hi;
+    half2_to_float2(static_cast<std::uint32_t>(reinterpret_cast<const std::uint16_t*>(p)[i]), lo, hi);
+    amax = fmaxf(amax, fabsf(lo));
+  }
+  return pow2_norm_of_warp_max(amax);
+}
+
+// fp16_field_norm over the D entries of a field stored as 4 quarters of D/4
+// entries, quarter k at p + k * qstride bytes (qstride = 0: contiguous).
+KVTILE_DEVICE float fp16_field_norm_quartered(const std::uint8_t* p, std::size_t qstride, int n) {
+  if (qstride == 0) return fp16_field_norm(p, n);
+  float amax = 0.0f;
+  const int q = n / 4;
+  for (int i = threadIdx.x & 31; i < n; i += 32) {
+    float lo, hi;
+    const std::uint8_t* e = p + (i / q) * qstride + 2 * (i % q);
+    half2_to_float2(static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(e)), lo, hi);
+    amax = fmaxf(amax, fabsf(lo));
+  }
+  return pow2_norm_of_warp_max(amax);
+}
+
+// One record, or the part sub (of H) of it: MMA token blocks i in
+// [sub * GM / H, (sub + 1) * GM / H). `rec` is the stage, laid out by
+// stage_layout<..., Swz> (tile_layout.cuh: code pieces with padding so that
+// every code load is free of bank conflicts; Swz = false: the record as is).
+//
+// Who reads what (lane = 4 r + t; E = G/8 tokens per row group, EH = E/H):
+//  - QK, tokens on M: lane r owns the EH key tokens token_base(r, sub) ..
+//    + EH - 1 (MMA block i: M-row r = token base + 2i, row r + 8 = base + 2i + 1);
+//    lane t owns channels chan0(kk, t) .. + 3 at k-step kk (key_order).
+//  - PV, tokens on K: lane t's tokens are those of M-rows 2t, 2t+1 (+8) of the
+//    QK blocks (movmatrix): tA = token_base(2t) + 2i, tB = token_base(2t+1) + 2i,
+//    tA + 1, tB + 1; lane r owns the output channels out_order::run(ch, r) ..
+//    + CE - 1 of chunk ch.
+template <class Config, class Packer, int H, bool Swz, bool PK = false>
+KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const uint4* qf, const float (&nfq)[2],
+                              warp_state<Config::head_dim, PK ? 1 : 2>& st, int sub, int lo, float cap) {
+  using SL = stage_layout<Config, Packer, H, Swz>;
+  using KO = key_order<Config::head_dim, Swz>;
+  using OO = out_order<Config::head_dim, Swz>;
+  constexpr bool fp8 = std::is_same_v<Packer, fp8_scales>;
+  constexpr int D = Config::head_dim, G = Config::tile_tokens, KB = Config::key_bits, VB = Config::value_bits;
+  // EH, GM: this warp's share of a row group's tokens / of the MMA token blocks.
+  constexpr int EH = SL::EH, GM = G / 16 / H, KT = D / 16, MC = (D / 16) < 4 ? (D / 16) : 4, NCH = (D / 16) / MC,
+                CE = 2 * MC;
+  constexpr int q_stride = D + 16;
+  constexpr int krow = G * KB / 8, ksh = EH * KB / 8, vrow = D * VB / 8, vsb = CE * VB / 8;
+  constexpr int kwords = ksh >= 4 ? ksh / 4 : 1, vwords = vsb >= 4 ? vsb / 4 : 1;
+  constexpr int sb = fp8 ? 1 : 2;  // bytes per scale entry
+  // Raw (subnormal) codes for every key and for values in the packed layout;
+  // values otherwise are converted centered: x - vmid.
+  constexpr bool raw_values = PK;
+  constexpr float vmid = raw_values ? 0.0f : static_cast<float>(1 << (VB - 1));
+  const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
+  const int tok0 = SL::token_base(r, sub);  // first token of this thread's key/scale run
+
+  float vs_ak, vs_t, vs_c, vs_av, f_k = 1.0f, f_v = 1.0f;
+  if constexpr (fp8) {
+    const float4 vs = *reinterpret_cast<const float4*>(rec + SL::vector_scales_s);
+    vs_ak = vs.x;  // vector_field order: key_scale, key_token_scale, value_channel_scale, value_scale
+    vs_t = vs.y;
+    vs_c = vs.z;
+    vs_av = vs.w;
+  } else {
+    f_k = fp16_field_norm_quartered(rec + SL::key_scale_s, SL::key_scale_q, D);
+    f_v = fp16_field_norm(rec + SL::value_scale_s, G);
+    vs_ak = 1.0f / f_k;
+    vs_av = 1.0f / f_v;
+    vs_t = 1.0f;
+    vs_c = 1.0f;
+  }
+
+  // ---- S^T = codes^T (q a)^T: tokens on M, channels on K, queries on N
+  float s[GM][4];
+#pragma unroll
+  for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+  // This lane's quarter of the key rows (at its token run), of a_K and of z_K;
+  // channel chan0(kk, t) is row / entry cw = chan0 - first(t) of the quarter.
+  const std::uint8_t* kc = rec + SL::key_codes_s + t * SL::key_codes_q + tok0 * KB / 8;
+  const std::uint8_t* ka = rec + SL::key_scale_s + t * SL::key_scale_q;
+  const std::uint8_t* kz = rec + SL::key_zero_s + t * SL::key_zero_q;
+  float bq0, bq1;  // beta = sum_d q z for queries 2t, 2t+1
+  {
+    float beta = 0.0f;
+    const float lo_part = (r & 1) ? 1.0f : 0.0f;  // packed: odd r holds the lo part
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      const int c0 = KO::chan0(kk, t), cw = c0 - KO::first(t);
+      // packed: this lane's B column is part r & 1 of query r / 2 (and so is its beta)
+      const float4 qv = *reinterpret_cast<const float4*>(qn + (PK ? r >> 1 : r) * q_stride + KO::qpad(c0));
+      float a[4], z[4];
+      load_scales<fp8, 4>(ka + sb * cw, a, f_k);
+      load_halves<4>(kz + 2 * cw, z);
+      beta = fmaf(qv.x, z[0], beta);
+      beta = fmaf(qv.y, z[1], beta);
+      beta = fmaf(qv.z, z[2], beta);
+      beta = fmaf(qv.w, z[3], beta);
+      std::uint32_t b[4];
+      if constexpr (PK) {
+        std::uint32_t bp[2];
+        split_b_part(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], lo_part, bp);
+        b[0] = bp[0];
+        b[1] = bp[1];
+      } else {
+        split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
+      }
+      std::uint32_t x[4][kwords];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (cw + u) * krow, x[u]);
+      std::uint32_t r01[EH], r23[EH];
+      pair_extract<KB, EH>(x[0], x[1], r01);
+      pair_extract<KB, EH>(x[2], x[3], r23);
+#pragma unroll
+      for (int i = 0; i < GM; ++i) {
+        mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
+        if constexpr (split_query && !PK)
+          mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
+      }
+    }
+    // beta: thread (r, t) summed query r (packed: r / 2) over its channels; reduce
+    // over t, move to queries 2t, 2t+1 (packed: query t, from lane 8t, r = 2t).
+    beta += __shfl_xor_sync(0xffffffffu, beta, 1);
+    beta += __shfl_xor_sync(0xffffffffu, beta, 2);
+    bq0 = __shfl_sync(0xffffffffu, beta, 8 * t);
+    bq1 = __shfl_sync(0xffffffffu, beta, 8 * t + 4);
+  }
+  // ---- scores: t[g] (vs_ak S + beta) nf, then the online softmax. Packed
+  // layout: score of (token of M-row r / r + 8, query t) = hi + lo columns.
+  float sc[PK ? GM : 1][2];
+  float alpha[2];  // packed: alpha[0]
+  {
+    float tk[EH];
+    load_scales<fp8, EH>(rec + SL::key_token_scale_s + sb * tok0, tk, 1.0f);
+    const float n0 = nfq[0] * vs_t, n1 = nfq[1] * vs_t;
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float tt = tk[2 * i + h];
+        // token 2i + h of the run: raw codes carry its position factor
+        const float ak = vs_ak * raw_unscale<KB>(2 * i + h);
+        if constexpr (PK) {
+          sc[i][h] = fmaf(ak, s[i][2 * h] + s[i][2 * h + 1], bq0) * (tt * n0);
+        } else {
+          s[i][2 * h + 0] = fmaf(ak, s[i][2 * h + 0], bq0) * (tt * n0);
+          s[i][2 * h + 1] = fmaf(ak, s[i][2 * h + 1], bq1) * (tt * n1);
+        }
+      }
+  }
+  // Window boundary tile (tokens below lo) and soft-cap: off the common path.
+  if (lo > 0 || cap > 0.0f) {
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int tok = tok0 + 2 * i + h;
+        if constexpr (PK) {
+          sc[i][h] = modify_score(sc[i][h], tok, lo, cap);
+        } else {
+          s[i][2 * h + 0] = modify_score(s[i][2 * h + 0], tok, lo, cap);
+          s[i][2 * h + 1] = modify_score(s[i][2 * h + 1], tok, lo, cap);
+        }
+      }
+  }
+  if constexpr (PK) {
+    online_softmax1<GM>(sc, st.m, st.l, alpha[0]);
+  } else {
+    online_softmax<GM>(s, st.m, st.l, alpha);
+  }
+
+  // ---- P' = p * a_V (per token), zsum = sum p (z_V + vs_av a_V vmid) (the centered codes' offset)
+  constexpr int NQ = PK ? 1 : 2;
+  float zsum[2] = {0.0f, 0.0f};
+  {
+    float av[EH], zv[EH];
+    load_scales<fp8, EH>(rec + SL::value_scale_s + sb * tok0, av, f_v);
+    load_halves<EH>(rec + SL::value_zero_s + 2 * tok0, zv);
+    if constexpr (!raw_values) {
+      const float vm = vs_av * vmid;
+#pragma unroll
+      for (int e = 0; e < EH; ++e) zv[e] = fmaf(vm, av[e], zv[e]);
+    }
+#pragma unroll
+    for (int i = 0; i < GM; ++i)
+#pragma unroll
+      for (int c = 0; c < 2 * NQ; ++c) {
+        const int e = 2 * i + c / NQ;  // M-row r + 8 (c / NQ) of block i
+        float* pv;
+        if constexpr (PK) {
+          pv = &sc[i][c];
+        } else {
+          pv = &s[i][c];
+        }
+        zsum[c % NQ] = fmaf(*pv, zv[e], zsum[c % NQ]);
+        *pv *= av[e];
+      }
+#pragma unroll
+    for (int qq = 0; qq < NQ; ++qq)
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) zsum[qq] += __shfl_xor_sync(0xffffffffu, zsum[qq], o);
+  }
+  std::uint32_t pb0[GM], pb1[GM];
+  if constexpr (PK) {
+    p_to_b_split<GM>(sc, pb0, pb1);
+  } else {
+    p_to_b<GM>(s, pb0, pb1);
+  }
+
+  // ---- O^T += c_V * (vs_av * (codes - vmid)^T P'^T + zsum): channels on M, tokens on K
+  // Lane t's PV tokens tA = ta0 + 2i, tB = tA + dAB (+1 each) lie in one value piece.
+  const int ta0 = SL::token_base(2 * t, sub);
+  constexpr int dAB = SL::token_base(1, 0) - SL::token_base(0, 0);  // token_base(2t+1) - token_base(2t)
+  const int vk = SL::value_piece(ta0);  // 4 sub + t (Swz) or 0
+  const std::uint8_t* vc =
+      rec + SL::value_codes_s + vk * SL::value_codes_q + (ta0 - vk * SL::vpiece_tokens) * vrow;
+  const std::uint8_t* cvp = rec + SL::value_channel_scale_s;
+#pragma unroll
+  for (int ch = 0; ch < NCH; ++ch) {
+    float acc[MC][4];
+#pragma unroll
+    for (int j = 0; j < MC; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const int run = OO::template run<NCH, CE>(ch, r);  // first output channel of this lane's run
+    const int coff = run * VB / 8;
+#pragma unroll
+    for (int i = 0; i < GM; ++i) {
+      const int tA = 2 * i, tB = tA + dAB;  // relative to ta0
+      std::uint32_t x[4][vwords];
+      load_words<vsb>(vc + tA * vrow + coff, x[0]);
+      load_words<vsb>(vc + tB * vrow + coff, x[1]);
+      load_words<vsb>(vc + (tA + 1) * vrow + coff, x[2]);
+      load_words<vsb>(vc + (tB + 1) * vrow + coff, x[3]);
+      std::uint32_t rab[CE], rcd[CE];
+      if constexpr (raw_values) {
+        pair_extract<VB, CE>(x[0], x[1], rab);
+        pair_extract<VB, CE>(x[2], x[3], rcd);
+      } else {
+        pair_convert<VB, CE, true>(x[0], x[1], rab);
+        pair_convert<VB, CE, true>(x[2], x[3], rcd);
+      }
+#pragma unroll
+      for (int j = 0; j < MC; ++j) mma_f16(acc[j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[i], pb1[i]);
+    }
+    float cv[CE];
+    load_scales<fp8, CE>(cvp + sb * run, cv, 1.0f);
+    // packed: the (hi, lo) columns of query t are summed; st.o[m][h] is M-row r + 8 h
+#pragma unroll
+    for (int j = 0; j < MC; ++j)
+#pragma unroll
+      for (int c = 0; c < 2 * NQ; ++c) {
+        const float cc = cv[2 * j + c / NQ] * vs_c;
+        // channel 2j + c/NQ of the run: raw codes carry its position factor
+        const float va = raw_values ? vs_av * raw_unscale<VB>(2 * j + c / NQ) : vs_av;
+        float a;
+        if constexpr (PK) {
+          a = acc[j][2 * c] + acc[j][2 * c + 1];
+        } else {
+          a = acc[j][c];
+        }
+        float& o = st.o[ch * MC + j][c];
+        o = fmaf(alpha[c % NQ], o, cc * fmaf(va, a, zsum[c % NQ]));
+      }
+  }
+}
+
+}  // namespace attention::detail
+KVTILE_NAMESPACE_END
