@@ -10,7 +10,7 @@
 #             test (build/gpu/), kvtile-eval with CUDA (build/kvtile-eval-gpu/).
 #             Binaries already present and newer than every source are reused.
 #   test      GPU-codec identity tests, paged cache, launch setup, multi-GPU and
-#             sequence packing, unsupported_arch (an sm_86-only binary), attention API and plan tests,
+#             sequence packing, unsupported_arch (an sm_86-only binary), attention API + plan test,
 #             example, the six attention accuracy sweeps, numeric test.
 #   soak      the paged-cache soak test (full run).
 #   eval      tools/kvtile-eval/cuda/run_gpu_check.sh --no-build.
@@ -100,7 +100,7 @@ if want build; then
   nv build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/build/gpu_codec_bench.log" 2>&1 & pids+=($!)
   # CODEC_VARIANTS="name:-DFLAG=1,...": the GPU-codec benchmark with other flags (run --decode-only)
   nv_variants "${CODEC_VARIANTS:-}" build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu
-  for t in attention attention_plan attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
+  for t in attention attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
     nv build_attn/$t tests/device/$t.cu > "$OUT/build/$t.log" 2>&1 & pids+=($!)
   done
   nv build_attn/bench_attention bench/device/attention.cu > "$OUT/build/bench_attention.log" 2>&1 & pids+=($!)
@@ -217,8 +217,6 @@ if want test; then
     run_logged "$OUT/test/attention_${v%%:*}.log" build_attn/attention_${v%%:*} || rc=1
     say "attention_${v%%:*} (${v#*:}): $(grep -E 'passed' "$OUT/test/attention_${v%%:*}.log" | tail -n 1)"
   done
-  run_logged "$OUT/test/attention_plan.log" build_attn/attention_plan || rc=1
-  say "attention_plan: $(grep -E 'passed' "$OUT/test/attention_plan.log" | tail -n 1) ($(tail -n 1 "$OUT/test/attention_plan.log"))"
   run_logged "$OUT/test/example.log" build_attn/paged_decode || rc=1
   say "example: $(tail -n 1 "$OUT/test/example.log")"
   spids=()
@@ -279,8 +277,6 @@ if want sanitize; then
     san $tool $C/multi_gpu & spids+=($!)  # (launch_setup provokes API errors on purpose: not run here)
     throttle
     san $tool $A/attention --small & spids+=($!)
-    throttle
-    san $tool $A/attention_plan --small & spids+=($!)
     throttle
     san $tool build/gpu/soak --small & spids+=($!)
     throttle

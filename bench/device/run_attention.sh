@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/device/run_attention.sh: build, test, benchmark and sanitize the decode
 # attention on the GPU machine in one call; logs and results go to $OUT (or
-# ./attn_out). Order: build everything in parallel; API + plan tests and the
+# ./attn_out). Order: build everything in parallel; the API + plan test and the
 # example; the kvtile benchmark and PyTorch SDPA (alone on the GPU); then the
 # accuracy sweeps and compute-sanitizer (memcheck, racecheck, synccheck,
 # initcheck on the --small runs) concurrently (correctness only, no timing);
@@ -30,10 +30,9 @@ stamp "build"
 pids=()
 for t in $SWEEPS; do build $t tests/device/$t.cu & pids+=($!); done
 build attention tests/device/attention.cu & a1=$!
-build attention_plan tests/device/attention_plan.cu & a4=$!
 build bench_attention bench/device/attention.cu & a2=$!
 build paged_decode examples/paged_decode/main.cu & a3=$!
-wait $a1 $a2 $a3 $a4
+wait $a1 $a2 $a3
 stamp "built"
 rc=0
 run_test() {
@@ -44,7 +43,6 @@ run_test() {
 }
 if want test; then
   run_test attention
-  run_test attention_plan
   echo "== example"; ./build_attn/paged_decode > "$OUT/example.log" 2>&1; echo "exit $?" >> "$OUT/example.log"; tail -n 3 "$OUT/example.log"
 fi
 if want bench; then
@@ -64,7 +62,7 @@ if want sweep; then
   for t in $SWEEPS; do (./build_attn/$t > "$OUT/sweep_$t.log" 2>&1; echo "exit $?" >> "$OUT/sweep_$t.log") & spids+=($!); done
 fi
 if want sanitize && command -v compute-sanitizer >/dev/null; then
-  for b in attention_plan attention; do
+  for b in attention; do
     for tool in memcheck racecheck synccheck initcheck; do
       (timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 3 ./build_attn/$b --small > "$OUT/sanitizer_${b}_$tool.log" 2>&1
        echo "exit $?" >> "$OUT/sanitizer_${b}_$tool.log") & spids+=($!)

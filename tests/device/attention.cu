@@ -1,8 +1,10 @@
 // tests/device/attention.cu: decode attention (kvtile/device/attention/paged_decode.cuh):
 // bf16 queries, independence from page placement and split count, argument
-// checks before launch, and the fp16 baseline kernel against fp64.
-// `--small` runs a reduced set (for compute-sanitizer).
+// checks before launch, the fp16 baseline kernel against fp64, and the
+// decode_plan tests of attention_plan.cuh. `--small` runs a reduced set (for
+// compute-sanitizer).
 #include "attention_common.cuh"
+#include "attention_plan.cuh"
 
 using namespace attn_test;
 using kvtile::half_t;
@@ -224,6 +226,7 @@ int main(int argc, char** argv) {
     accuracy_case<k4v2_g128<128>, half_t>(c, "k4v2_g128 (small)");
     pool_case<k4v2_g64<128>>(4, true, {128 * 64 + 5, 3}, "k4v2_g64 stage-pool kernel (small)");
     fp16_baseline_test<128>({70, 1}, 4, 3);
+    attn_plan_test::run_plan_tests(true);
     std::printf("max relative error: %.3e\n%d passed, %d failed\n", g_max_rel, g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
   }
@@ -254,6 +257,7 @@ int main(int argc, char** argv) {
   fp16_baseline_test<128>({0, 1, 63, 64, 65, 700}, 4, 21);
   fp16_baseline_test<64>({5, 300}, 1, 22);
   fp16_baseline_test<256>({129, 64}, 16, 23);
+  attn_plan_test::run_plan_tests(false);
   std::printf("max relative error vs fp64: %.3e\n", g_max_rel);
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -57,32 +57,46 @@ namespace attention {
 
 // ---------------------------------------------------------------- quantized cache
 
+// The tunables of the quantized kernel (measured on the H200, k4v2_g128
+// D = 128, docs/attention.md): the ring kernel's stages per warp and warps
+// (2 and 8: 255 registers; one stage per warp with 12 / 16 warps measured
+// slower), and the stage-pool kernel's stages and warps (16 shared by 12:
+// 168 registers; 16 x 64K 279 vs 298 us for the ring kernel, slower than it
+// for short chunks, hence used for chunks of >= 128 tiles; 0 stages: no pool
+// kernel). A policy with other values is another set of kernels.
+struct decode_policy {
+  static constexpr int stages = 2;
+  static constexpr int max_rings = 8;
+  static constexpr int pool_stages = 16;
+  static constexpr int pool_warps = 12;
+};
+
 // Launch configuration of the quantized kernel for Codec (a tile_codec).
-template <class Codec>
+template <class Codec, class Policy = decode_policy>
 struct quant_kernel_traits {
   using config = typename Codec::config;
   using packer = typename Codec::packer;
   static constexpr int D = config::head_dim;
   static constexpr int G = config::tile_tokens;
-  static constexpr int stages = KVTILE_ATTENTION_STAGES;
+  static constexpr int stages = Policy::stages;
   static constexpr std::size_t record_bytes = Codec::record_bytes;
   static constexpr int warps_per_record = detail::warps_per_record<config>();
   // The record as laid out in a stage (tile_layout.cuh).
-  static constexpr bool swizzled = detail::quant_swizzled<config, packer, stages>();
+  static constexpr bool swizzled = detail::quant_swizzled<config, packer, stages, Policy::max_rings>();
   using stage = detail::stage_layout<config, packer, warps_per_record, swizzled>;
   // records in flight per CTA / stages: as many rings as the stages, the query
   // rows and the fragments leave room for
   static constexpr int rings =
       detail::fit_rings<D, stages, stage::bytes, true,
-                        detail::warps_for<record_bytes, stages, KVTILE_ATTENTION_MAX_RINGS>()>();
+                        detail::warps_for<record_bytes, stages, Policy::max_rings>()>();
   static constexpr int warps = rings * warps_per_record;
   using plan = detail::smem_plan<D, warps, stages, stage::bytes, rings, true>;
   static constexpr std::size_t smem_bytes = plan::bytes;
   // The stage-pool kernel for long chunks: pool_warps warps share `pool`
   // stages (0: no pool kernel).
-  static constexpr int pool_warps = warps_per_record == 1 ? KVTILE_ATTENTION_POOL_WARPS : 0;
+  static constexpr int pool_warps = warps_per_record == 1 && Policy::pool_stages > 0 ? Policy::pool_warps : 0;
   static constexpr int pool =
-      pool_warps > 0 ? detail::fit_pool<D, pool_warps, stage::bytes, true, KVTILE_ATTENTION_POOL>()
+      pool_warps > 0 ? detail::fit_pool<D, pool_warps, stage::bytes, true, Policy::pool_stages>()
                      : 0;
   static constexpr std::size_t pool_smem_bytes =
       detail::pool_smem_bytes<D, pool_warps, stage::bytes, true, pool>();
@@ -98,11 +112,11 @@ struct quant_kernel_traits {
 };
 
 // Splits of the one-call path (num_splits = 0: automatic).
-template <class Codec>
+template <class Codec, class Policy = decode_policy>
 int plan_splits(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
   const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
   const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
-  return detail::choose_splits(units, cache.max_pages_per_seq + 1, quant_kernel_traits<Codec>::rings, num_splits,
+  return detail::choose_splits(units, cache.max_pages_per_seq + 1, quant_kernel_traits<Codec, Policy>::rings, num_splits,
                                detail::current_sm_count());
 }
 
@@ -118,7 +132,7 @@ std::size_t workspace_bytes(const paged_cache_view& cache, int q_heads, int num_
 // Checks everything that can be checked without reading device memory, and the
 // current device (compute capability 9.0, opt-in shared memory):
 // unsupported_arch elsewhere, no_device without a GPU.
-template <class Codec, class QT>
+template <class Codec, class Policy = decode_policy, class QT>
 status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
   using cfg = typename Codec::config;
   if (cache.head_dim != 64 && cache.head_dim != 128 && cache.head_dim != 256) return status::unsupported_head_dim;
@@ -131,15 +145,15 @@ status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
     return status::insufficient_space;
   if (reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0) return status::misaligned;
   int dev = 0;
-  return detail::current_device(dev, quant_kernel_traits<Codec>::max_smem_bytes);
+  return detail::current_device(dev, quant_kernel_traits<Codec, Policy>::max_smem_bytes);
 }
 
 namespace detail {
 // Launches the quantized kernel variant (pool or rings, packed or 8-query layout).
-template <class Codec, class QT>
+template <class Codec, class Policy, class QT>
 status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, bool pool, dim3 grid,
                     const kernel_params& p, cudaStream_t stream) {
-  using tr = quant_kernel_traits<Codec>;
+  using tr = quant_kernel_traits<Codec, Policy>;
   using cfg = typename tr::config;
   using pk = typename tr::packer;
   int dev = 0;
@@ -175,19 +189,19 @@ status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, boo
 // splits (plan_splits, from max_pages_per_seq), two kernels on `stream`.
 // Capturable in a CUDA graph (reads the lengths on the device); decode_plan
 // balances ragged batches.
-template <class Codec, class QT>
+template <class Codec, class Policy = decode_policy, class QT>
 status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) {
-  using tr = quant_kernel_traits<Codec>;
-  if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
+  using tr = quant_kernel_traits<Codec, Policy>;
+  if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
   if (cache.num_seqs == 0) return status::success;
-  const int splits = plan_splits<Codec>(cache, a.q_heads, a.num_splits);
+  const int splits = plan_splits<Codec, Policy>(cache, a.q_heads, a.num_splits);
   const detail::ws_layout L = detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits,
                                                  detail::current_sm_count(), tr::D);
   if (static_cast<std::int64_t>(cache.num_seqs) * cache.kv_heads * splits > L.chunks) return status::invalid_argument;
   const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false);
   // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
   const bool pool = splits == 1 && cache.max_pages_per_seq >= 128;
-  return detail::launch_quant<Codec, QT>(cache, a, pool, dim3(splits, p.units, cache.num_seqs), p, stream);
+  return detail::launch_quant<Codec, Policy, QT>(cache, a, pool, dim3(splits, p.units, cache.num_seqs), p, stream);
 }
 
 // ---------------------------------------------------------------- fp16 baseline
@@ -285,13 +299,13 @@ status paged_decode_fp16(const fp16_paged_cache_view& cache, const decode_args<Q
 // Not thread-safe: one plan per stream.
 class decode_plan {
  public:
-  template <class Codec, class QT>
+  template <class Codec, class Policy = decode_policy, class QT>
   status plan(const paged_cache_view& cache, const std::int32_t* host_seq_lens, const decode_args<QT>& a,
               cudaStream_t stream = nullptr) {
-    using tr = quant_kernel_traits<Codec>;
+    using tr = quant_kernel_traits<Codec, Policy>;
     if (!host_seq_lens) return status::null_pointer;
-    if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
-    const key k = make_key<Codec, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
+    if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
+    const key k = make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
     const int ctas = grid_size();
     const bool fresh = !(k == key_) || ctas != ctas_;
     if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
@@ -303,15 +317,15 @@ class decode_plan {
     return upload(a, stream);
   }
 
-  template <class Codec, class QT>
+  template <class Codec, class Policy = decode_policy, class QT>
   status run(const paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) const {
-    using tr = quant_kernel_traits<Codec>;
-    if (!(make_key<Codec, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a) == key_))
+    using tr = quant_kernel_traits<Codec, Policy>;
+    if (!(make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a) == key_))
       return status::invalid_argument;  // not the planned shape, options or workspace
-    if (status s = can_implement<Codec>(cache, a); s != status::success) return s;
+    if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
     if (cache.num_seqs == 0) return status::success;
     const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true);
-    return detail::launch_quant<Codec, QT>(cache, a, pool_, dim3(ctas_), p, stream);
+    return detail::launch_quant<Codec, Policy, QT>(cache, a, pool_, dim3(ctas_), p, stream);
   }
 
   template <int D, class QT>

@@ -48,17 +48,6 @@ constexpr int warps_for() {
   return w >= MaxW ? MaxW : (w < 1 ? 1 : static_cast<int>(w));
 }
 
-// Quantized kernel: stages per ring and the most rings per CTA. Default: 2
-// stages, 8 rings (8 warps, 255 registers). Stages = 1 with more rings trades
-// the second record in flight per warp for more warps per SM (the register
-// budget per thread falls to 65536 / threads).
-#ifndef KVTILE_ATTENTION_STAGES
-#define KVTILE_ATTENTION_STAGES 2
-#endif
-#ifndef KVTILE_ATTENTION_MAX_RINGS
-#define KVTILE_ATTENTION_MAX_RINGS 8
-#endif
-
 // The largest ring count <= R whose plan (stages of StageBytes) fits the SM's
 // 227 KB (warps_for keeps 8 KB of slack; the padded stages of tile_layout.cuh
 // need part of it: k4v2_g128 D = 128 fp8 keeps 8 rings with 224,128 of 232,448
@@ -74,18 +63,6 @@ constexpr int fit_rings() {
   }
 }
 
-// Stage-pool kernel (pool_loop below): KVTILE_ATTENTION_POOL stages (0: none)
-// shared by KVTILE_ATTENTION_POOL_WARPS warps. H200, k4v2_g128 D = 128,
-// 2026-11-29: 12 warps / 16 stages (168 registers) vs 8 warps x 2 stages:
-// 16 x 64K 279 vs 298 us, 32 x 16K 161 vs 164 us, but 1 x 128K (16 splits)
-// 59.8 vs 56.5 us and 8 x 16K 57.0 vs 54.3 us, so paged_decode takes it only
-// for single-split launches over >= 128 tiles per sequence.
-#ifndef KVTILE_ATTENTION_POOL
-#define KVTILE_ATTENTION_POOL 16
-#endif
-#ifndef KVTILE_ATTENTION_POOL_WARPS
-#define KVTILE_ATTENTION_POOL_WARPS 12
-#endif
 // The largest pool size <= P (stages shared by W warps) that fits, or 0 when
 // that is not more than W (a pool needs spare stages).
 template <int D, int W, std::size_t StageBytes, bool KeepQn, int P>
@@ -119,12 +96,12 @@ constexpr int warps_per_record() {
 // would cost a ring (a record in flight per stage pair) under the 227 KB of
 // shared memory; of the presets only k4v2_g128 D = 256 fp16_scales (4 rings,
 // 256 bytes to spare) keeps the previous layout.
-template <class Config, class Packer, int Stages>
+template <class Config, class Packer, int Stages, int MaxRings = 8>
 constexpr bool quant_swizzled() {
   if constexpr (!conflict_free_layout) {
     return false;
   } else {
-    constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages, KVTILE_ATTENTION_MAX_RINGS>();
+    constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages, MaxRings>();
     using SL = stage_layout<Config, Packer, warps_per_record<Config>(), true>;
     return fit_rings<Config::head_dim, Stages, SL::bytes, true, r0>() == r0;
   }
@@ -189,7 +166,7 @@ KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t s
   }
 }
 
-// Stage pool (KVTILE_ATTENTION_POOL): S stages shared by W warps (S > W, one
+// Stage pool (decode_policy::pool_stages): S stages shared by W warps (S > W, one
 // warp per record). Local tile k = j - j0 goes to warp k % W and stage k % S.
 // The warp that finishes tile k issues tile k + S into the stage it just freed,
 // so S - W records are in flight beyond the W being computed, with fewer than 2

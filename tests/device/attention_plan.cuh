@@ -1,14 +1,17 @@
-// tests/device/attention_plan.cu: decode_plan (plan/run) against fp64 on the
-// dequantized cache: ragged lengths (0, 1, inside a tile, long), window and
-// soft-cap (both paths), forced chunk counts, PDL on/off, CUDA-graph capture
-// of run() replayed with changing lengths, and a corrupt page table that the
-// context survives. `--small` runs a reduced set (for compute-sanitizer).
+// tests/device/attention_plan.cuh: the decode_plan tests of tests/device/attention.cu
+// (one translation unit for both, to compile the kernels once): plan/run against
+// fp64 on the dequantized cache: ragged lengths (0, 1, inside a tile, long),
+// window and soft-cap (both paths), the stage pool with several chunks per CTA,
+// forced chunk counts, PDL on/off, CUDA-graph capture of run() replayed with
+// changing lengths, and a corrupt page table that the context survives.
+#pragma once
+
 #include "attention_common.cuh"
+
+namespace attn_plan_test {
 
 using namespace attn_test;
 using kvtile::half_t;
-
-namespace {
 
 struct mods {
   int window_left = -1;
@@ -327,11 +330,8 @@ void api_case() {
   ATTN_CUDA(cudaDeviceSynchronize());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (int rc = require_device(); rc) return rc;
-  const bool small = argc > 1 && std::string(argv[1]) == "--small";
+// Every plan/run test; `small`: the reduced set (for compute-sanitizer).
+inline void run_plan_tests(bool small) {
   using namespace kvtile::presets;
   using C = k4v2_g128<128>;
   std::printf("plan/run, ragged lengths:\n");
@@ -371,7 +371,6 @@ int main(int argc, char** argv) {
   std::printf("corrupt page table:\n");
   corrupt_table_case<C>();
   api_case();
-  std::printf("max relative error vs fp64: %.3e\n", g_max_rel);
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
 }
+
+}  // namespace attn_plan_test
