@@ -17,6 +17,7 @@
 
 #include "../../tools/kvtile-eval/app.hpp"
 #include "../../tools/kvtile-eval/limits.hpp"
+#include "../../tools/kvtile-eval/npy.hpp"
 #include "../../tools/kvtile-eval/safetensors.hpp"
 #include "../../tools/kvtile-eval/thread_pool.hpp"
 #include "eval_test_support.hpp"
@@ -205,6 +206,37 @@ TEST_CASE("eval limits: the memory estimate of the default run and its breakdown
   CHECK(format_bytes(512) == "512 B");
   CHECK(format_bytes(1536) == "1.5 KiB");
   CHECK(format_bytes(3.0 * 1024 * 1024 * 1024 * 1024 * 1024 * 2) == "6.0 PiB");
+}
+
+TEST_CASE("eval limits: a file tensor above the memory budget is refused from its header") {
+  const auto dir = kvtile_eval_test::unique_temp_dir("kvtile_eval_rb_", "budget");
+  std::vector<float> x(64 * 2 * 128, 0.5f);
+  std::string e;
+  const std::string npy = (dir / "k.npy").string(), st = (dir / "k.safetensors").string();
+  REQUIRE(write_npy_file(npy, {64, 2, 128}, x.data(), dtype::float16, e));
+  REQUIRE(write_safetensors_file(st, {{"k", {64, 2, 128}, x, dtype::float16}}, e));
+  tensor t;
+  CHECK(read_npy_file(npy, t, e, x.size()));
+  CHECK_FALSE(read_npy_file(npy, t, e, x.size() - 1));
+  CHECK(e.find("shape [64, 2, 128] needs 64 KiB as float, above the memory budget") != std::string::npos);
+  CHECK(read_safetensors_file(st, "", {"k"}, t, e, x.size()));
+  CHECK_FALSE(read_safetensors_file(st, "", {"k"}, t, e, 1000));
+  CHECK(e.find("tensor 'k': shape [64, 2, 128] needs 64 KiB as float") != std::string::npos);
+  // The program: exit 1 with the reader's message, one line.
+  app_options o = small_run();
+  o.keys = npy;
+  o.values = npy;
+  o.max_memory_gib = 32.0 / (1024 * 1024);  // 32 KiB
+  std::ostringstream out, err;
+  CHECK(run_app(o, out, err) == exit_error);
+  CHECK(err.str().find("above the memory budget of 32 KiB (--max-memory)") != std::string::npos);
+  CHECK(lines(err.str()) == 1);
+  // Within the per-tensor budget but not the whole run's: exit 2.
+  o.max_memory_gib = 1.0 / 1024;  // 1 MiB
+  std::ostringstream out2, err2;
+  CHECK(run_app(o, out2, err2) == exit_usage);
+  CHECK(err2.str().find("above the --max-memory budget of 1.0 MiB") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("eval queries: a run without queries says so and marks no method") {

@@ -67,15 +67,15 @@ inline bool ends_with_ci(const std::string& s, const std::string& e) {
 }
 
 inline bool load_tensor(const std::string& path, const std::string& name, const std::vector<std::string>& candidates,
-                        tensor& t, std::string& err) {
+                        tensor& t, std::size_t max_elems, std::string& err) {
   if (ends_with_ci(path, ".npy")) {
     if (!name.empty()) {
       err = path + ": a tensor name was given, but .npy files hold one array";
       return false;
     }
-    return read_npy_file(path, t, err);
+    return read_npy_file(path, t, err, max_elems);
   }
-  if (ends_with_ci(path, ".safetensors")) return read_safetensors_file(path, name, candidates, t, err);
+  if (ends_with_ci(path, ".safetensors")) return read_safetensors_file(path, name, candidates, t, err, max_elems);
   err = path + ": unknown file type (expected .npy or .safetensors)";
   return false;
 }
@@ -197,12 +197,19 @@ inline bool load_inputs(const app_options& o, dataset& ds, std::string& err) {
     err = "give both --keys and --values (or neither, for the embedded generator)";
     return false;
   }
+  // Each tensor as float within --max-memory, checked from its header before
+  // its data is read (the whole run is checked once the shapes are known).
+  const double budget = o.max_memory_gib * 1024.0 * 1024.0 * 1024.0 / sizeof(float);
+  const std::size_t max_elems =
+      budget < static_cast<double>(max_elements) ? static_cast<std::size_t>(budget) : max_elements;
   tensor k, v, q;
-  if (!detail::load_tensor(o.keys, o.keys_tensor, {"k", "key", "keys", "k_cache", "key_cache"}, k, err) ||
-      !detail::load_tensor(o.values, o.values_tensor, {"v", "value", "values", "v_cache", "value_cache"}, v, err))
+  if (!detail::load_tensor(o.keys, o.keys_tensor, {"k", "key", "keys", "k_cache", "key_cache"}, k, max_elems, err) ||
+      !detail::load_tensor(o.values, o.values_tensor, {"v", "value", "values", "v_cache", "value_cache"}, v, max_elems,
+                           err))
     return false;
   const bool have_q = !o.queries.empty();
-  if (have_q && !detail::load_tensor(o.queries, o.queries_tensor, {"q", "query", "queries"}, q, err)) return false;
+  if (have_q && !detail::load_tensor(o.queries, o.queries_tensor, {"q", "query", "queries"}, q, max_elems, err))
+    return false;
   if (o.max_tokens > 0) {
     detail::truncate_tokens(k, static_cast<std::size_t>(o.max_tokens));
     detail::truncate_tokens(v, static_cast<std::size_t>(o.max_tokens));

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor.hpp"
 #include "thread_pool.hpp"
 
 namespace kvtile_eval {
@@ -30,19 +31,6 @@ inline constexpr int max_queries_per_layer = 1 << 20;
 inline constexpr int max_context_queries = 1 << 16;
 inline constexpr double default_max_memory_gib = 16.0;
 inline constexpr double max_memory_gib_limit = 1 << 20;  // the largest --max-memory accepted (1 PiB)
-
-// A byte count for messages: "512 MiB", "1.5 GiB", "3.2 TiB".
-inline std::string format_bytes(double b) {
-  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 6) {
-    b /= 1024.0;
-    ++u;
-  }
-  char s[32];
-  std::snprintf(s, sizeof s, b < 10 && u > 0 ? "%.1f %s" : "%.0f %s", b, unit[u]);
-  return s;
-}
 
 // What a run holds at its peak (bytes, as double: products of the limits
 // above overflow no double). file_queries: the queries come from a file

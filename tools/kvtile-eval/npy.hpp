@@ -276,7 +276,8 @@ inline bool read_npy_memory(const unsigned char* p, std::size_t n, tensor& t, st
 }
 
 // Reads a file, streaming the data in chunks (no second copy of the file).
-inline bool read_npy_file(const std::string& path, tensor& t, std::string& err) {
+// max_elems: refuse (before allocating) a tensor of more elements.
+inline bool read_npy_file(const std::string& path, tensor& t, std::string& err, std::size_t max_elems = max_elements) {
   try {
     std::ifstream f;
     std::size_t size = 0;
@@ -315,6 +316,10 @@ inline bool read_npy_file(const std::string& path, tensor& t, std::string& err) 
       return false;
     }
     const std::size_t count = h.data_bytes / dtype_size(h.type);
+    if (!within_read_budget(h.shape, count, max_elems, err)) {
+      err = path + ": " + err;
+      return false;
+    }
     t.shape = h.shape;
     t.source_type = h.type;
     t.data.assign(count, 0.0f);

@@ -240,8 +240,10 @@ inline bool read_safetensors_memory(const unsigned char* p, std::size_t n, const
   return false;
 }
 
+// max_elems: refuse (before allocating) a tensor of more elements.
 inline bool read_safetensors_file(const std::string& path, const std::string& name,
-                                  const std::vector<std::string>& candidates, tensor& t, std::string& err) {
+                                  const std::vector<std::string>& candidates, tensor& t, std::string& err,
+                                  std::size_t max_elems = max_elements) {
   try {
     std::ifstream f;
     std::size_t size = 0;
@@ -272,6 +274,10 @@ inline bool read_safetensors_file(const std::string& path, const std::string& na
       return false;
     }
     const std::size_t count = (e->end - e->begin) / dtype_size(type);
+    if (!within_read_budget(e->shape, count, max_elems, err)) {
+      err = path + ": tensor '" + printable(e->name) + "': " + err;
+      return false;
+    }
     t.shape = e->shape;
     t.source_type = type;
     t.data.assign(count, 0.0f);

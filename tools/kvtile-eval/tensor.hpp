@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -90,6 +91,30 @@ inline bool element_count(const std::vector<std::size_t>& shape, std::size_t& n)
 // Largest tensor the readers accept, in elements (2^34 = 64 GiB of float): a
 // guard against absurd headers on top of the file-size checks.
 inline constexpr std::size_t max_elements = std::size_t(1) << 34;
+
+// A byte count for messages: "512 B", "1.5 GiB", "3.2 TiB".
+inline std::string format_bytes(double b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 6) {
+    b /= 1024.0;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof s, b < 10 && u > 0 ? "%.1f %s" : "%.0f %s", b, unit[u]);
+  return s;
+}
+
+// The file readers' memory budget: false (with a message) when a tensor of
+// `count` elements would need more than `max_elems` floats.
+inline bool within_read_budget(const std::vector<std::size_t>& shape, std::size_t count, std::size_t max_elems,
+                               std::string& err) {
+  if (count <= max_elems) return true;
+  err = "shape " + shape_string(shape) + " needs " + format_bytes(4.0 * static_cast<double>(count)) +
+        " as float, above the memory budget of " + format_bytes(4.0 * static_cast<double>(max_elems)) +
+        " (--max-memory)";
+  return false;
+}
 
 // Converts `count` little- or big-endian elements of type t from src to float.
 inline void convert_elements(const unsigned char* src, std::size_t count, dtype t, bool big_endian, float* dst) {
