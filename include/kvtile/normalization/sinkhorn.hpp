@@ -10,9 +10,9 @@
 // rc = 1 / e^Lc, rr = 1 / e^Lr (each an IEEE division, computed once per
 // update), i.e. cur[r][c] = mul(mul(X[r][c], rc[c]), rr[r]). This is method.md's
 // X / e^Lc / e^Lr up to rounding (four roundings instead of two: relative
-// difference below 2^-21) and replaces the 4 divisions per element and
-// iteration of the previous definition (before 2026-11-29's GPU tuning) by 2
-// multiplications; the scales returned are still e^Lc, e^Lr (not reciprocals).
+// difference below 2^-21) with 2 multiplications per element and iteration
+// instead of 4 divisions; the scales returned are still e^Lc, e^Lr (not
+// reciprocals).
 //
 // Every float operation is a detail:: call in a fixed order (canonical
 // halving-tree sums, kvtile's own exp/log), so the device implementation in

@@ -61,8 +61,8 @@ namespace attention {
 // D = 128, docs/attention.md): the ring kernel's stages per warp and warps
 // (2 and 8: 255 registers; one stage per warp with 12 / 16 warps measured
 // slower), and the stage-pool kernel's stages and warps (16 shared by 12:
-// 168 registers; 16 x 64K 279 vs 298 us for the ring kernel, slower than it
-// for short chunks, hence used for chunks of >= 128 tiles; 0 stages: no pool
+// 168 registers; faster than the ring kernel for long chunks, slower for
+// short ones, hence used for chunks of >= 128 tiles; 0 stages: no pool
 // kernel). A policy with other values is another set of kernels.
 struct decode_policy {
   static constexpr int stages = 2;

@@ -605,10 +605,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
 }
 
 // Default block sizes of launch_dequantize_pages (powers of two in [64, 1024]):
-// the rotated-frame and generic kernels, and the original-frame kernel.
-// H200, k4v2_g128 / k2v2_g128 D=128, 4096 x 8 pages (2026-11-29): rotated
-// 128 / 256 / 512 threads 106.3 / 92.3 / 92.2 us (k2v2 92.8 / 91.7 / 89.2);
-// original 114.7 / 121.8 / 205.5 us (k2v2 109.1 / 120.9 / 210.3): 256 and 128.
+// the rotated-frame and generic kernels, and the original-frame kernel: the
+// fastest of 128 / 256 / 512 threads on the H200 for each (docs/gpu-codec.md).
 #ifndef KVTILE_DEQUANTIZE_BLOCK_THREADS
 #define KVTILE_DEQUANTIZE_BLOCK_THREADS 256
 #endif

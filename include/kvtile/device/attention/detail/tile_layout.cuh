@@ -12,10 +12,10 @@
 // of 2, 4 per value LDS.U16 instead of 1: 512 of the ~587 wavefronts of a
 // k4v2 D128 tile; Nsight Compute: 25.4M of 38.5M wavefronts excessive).
 //
-// The fix (-DKVTILE_ATTENTION_SWIZZLE=1; OFF by default: on the H200 it
-// removed the conflicts (2% excessive wavefronts left) but the kernel got
-// SLOWER, k4v2_g128 at (16, 32, 8, 128, 64K) 334 -> 399 us, IPC 2.2 -> 2.0:
-// the conflicts were not the limit; see docs/attention.md), in three parts:
+// The conflict-free layout (-DKVTILE_ATTENTION_SWIZZLE=1) is OFF by default:
+// on the H200 it removes the conflicts but the kernel is slower (the
+// conflicts are not the limit; docs/attention.md has the numbers). Its three
+// parts:
 //  1. Lane t owns one quarter of each per-tile stream it reads:
 //     - keys (QK, channels on K): lane t contributes the channels
 //       [t D/4, (t+1) D/4), 4 consecutive ones per k-step (key_order); the
