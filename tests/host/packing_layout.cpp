@@ -242,8 +242,11 @@ TEST_CASE("packing_layout: hand-checked bytes of a tiny known record (kivi, fp16
   // kivi keeps values as given (no rotation, stored column scales exactly 1).
   // Value token g holds channel d = (d % 4) for every token: each value row
   // is 0,1,2,3,0,1,2,3,... with lo = 0, hi = 3 -> z = 0, a = 1 at 2 bits, codes
-  // equal the values, so each packed byte is 0b11'10'01'00 = 0xE4.
-  using C = kvtile::presets::kivi<64, 128, 2, 2, kvtile::fp16_scales>;
+  // equal the values, so each packed byte is 0b11'10'01'00 = 0xE4. Unclipped
+  // rounding (the default clips 2-bit rows): the step 1 is exact on the fp16
+  // grid, so the grid centred on [0, 3] starts at 0.
+  using C = kvtile::tile_codec<kvtile::tile_config<64, 128, 2, 2>, kvtile::identity, kvtile::no_normalization,
+                               kvtile::rtn_clip<1000>, kvtile::fp16_scales>;
   kvtest::tile k(128, 64), v(128, 64);
   for (int g = 0; g < 128; ++g)
     for (int d = 0; d < 64; ++d) {

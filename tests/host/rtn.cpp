@@ -139,13 +139,15 @@ long check_record_rtn(const kvtest::tile& k, const kvtest::tile& v, const std::v
       const std::uint32_t c = code_of(static_cast<int>(i));
       if (c > Q::qmax) ++viol;
       const float yh = Q::dequantize(c, a, z);
-      if (check_clip && (y[i] < lo || y[i] > hi)) {
-        if (clipped) ++*clipped;
-        if (c != (y[i] < lo ? 0u : Q::qmax)) ++viol;
-        continue;
-      }
       const double half_step = covering ? a / 2.0 : kvtest::next_step_bound<Codec>(a, vs) / 2.0 +
                                                        std::fabs(z) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
+      if (y[i] < lo || y[i] > hi) {  // clipped away: saturates
+        if (clipped) ++*clipped;
+        if (check_clip && c != (y[i] < lo ? 0u : Q::qmax)) ++viol;
+        const double beyond = y[i] < lo ? static_cast<double>(lo) - y[i] : static_cast<double>(y[i]) - hi;
+        if (!(std::fabs(static_cast<double>(yh) - y[i]) <= half_step + beyond + eps_of(y[i], yh))) ++viol;
+        continue;
+      }
       if (!(std::fabs(static_cast<double>(yh) - y[i]) <= half_step + eps_of(y[i], yh))) ++viol;
     }
   };

@@ -204,8 +204,11 @@ struct round_trip {
 // for min_max_error the row's maximum error is at most that of the centred
 // grid with the next stored step up (the "up" neighbour, a+ <= the stored
 // value after a^): a+/2 plus the fp16 rounding of the zero (half an fp16 ulp
-// of z^). Both sides are scaled by the column (Sinkhorn) scale. Bound:
-//   |x^ - x| <= (a+/2 + ulp16(z^)/2) * colscale + eps,
+// of z^). A clip ratio rho < 1 fits the grid to the centred rho of the row's
+// range, so a saturated element can be up to (1 - rho) / rho * (hi' - lo') / 2
+// <= (1 - rho) / rho * qmax * a+ / 2 beyond the grid's end. Both sides are
+// scaled by the column (Sinkhorn) scale. Bound:
+//   |x^ - x| <= (a+/2 * (1 + qmax (1 - rho) / rho) + ulp16(z^)/2) * colscale + eps,
 //   eps = 2^-20 * (|x| + |x^|) + 2^-20 * a+ * colscale,
 // eps covering fp32 rounding (the division X / s^, the fma of the
 // reconstruction, the final product, and (y - z)/a^ rounding before rint).
@@ -237,11 +240,11 @@ bound_result check_rotated_bound(const std::vector<std::uint8_t>& rec, const til
     vvs = view.vector_scale(kvtile::vector_field::value_scale);
   }
   bound_result res;
-  auto one = [&](double x, double xh, double step, double zero, double col, double vs) {
+  auto one = [&](double x, double xh, double step, double zero, double col, double vs, double rho, double qmax) {
     const double up = covering ? step : next_step_bound<Codec>(step, vs);
     const double zr = covering ? 0.0 : std::fabs(zero) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
     const double eps = std::ldexp(1.0, -20) * (std::fabs(x) + std::fabs(xh)) + std::ldexp(1.0, -20) * up * col;
-    const double bound = (up / 2 + zr) * col + eps;
+    const double bound = (up / 2 * (1 + qmax * (1 - rho) / rho) + zr) * col + eps;
     const double err = std::fabs(xh - x);
     if (!(err <= bound)) ++res.violations;
     if (bound > 0) res.worst_ratio = std::max(res.worst_ratio, err / bound);
@@ -249,9 +252,12 @@ bound_result check_rotated_bound(const std::vector<std::uint8_t>& rec, const til
   };
   for (int g = 0; g < G; ++g)
     for (int d = 0; d < D; ++d) {
-      if (keys) one(kr.at(g, d), k_hat.at(g, d), view.key_scale(d), view.key_zero(d), view.key_token_scale(g), kvs);
+      if (keys)
+        one(kr.at(g, d), k_hat.at(g, d), view.key_scale(d), view.key_zero(d), view.key_token_scale(g), kvs,
+            Codec::key_rounder::clip_ratio, Codec::key_rounder::qmax);
       if (values)
-        one(vr.at(g, d), v_hat.at(g, d), view.value_scale(g), view.value_zero(g), view.value_channel_scale(d), vvs);
+        one(vr.at(g, d), v_hat.at(g, d), view.value_scale(g), view.value_zero(g), view.value_channel_scale(d), vvs,
+            Codec::value_rounder::clip_ratio, Codec::value_rounder::qmax);
     }
   return res;
 }

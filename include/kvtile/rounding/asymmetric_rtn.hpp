@@ -193,9 +193,11 @@ constexpr int clip_for_bits() {
 // The rounding family the codec takes: the row policy and a clip ratio per side
 // and bit width, in permille (1000 = no clip). Keys and values get their own
 // rounders (Rounding::key_rounder<bK>, Rounding::value_rounder<bV>).
-// Defaults chosen by next-token KL on a trained model (docs/accuracy.md).
-template <row_rounding Policy = row_rounding::min_max_error, int KeyClip2 = 1000, int KeyClip4 = 1000,
-          int KeyClip8 = 1000, int ValueClip2 = 1000, int ValueClip4 = 1000, int ValueClip8 = 1000>
+// Defaults chosen by next-token KL on a trained model, never by MSE
+// (docs/accuracy.md): min_max_error, 2-bit rows clipped to 85% of their range
+// (keys and values), 4- and 8-bit rows unclipped.
+template <row_rounding Policy = row_rounding::min_max_error, int KeyClip2 = 850, int KeyClip4 = 1000,
+          int KeyClip8 = 1000, int ValueClip2 = 850, int ValueClip4 = 1000, int ValueClip8 = 1000>
 struct rtn {
   static constexpr row_rounding policy = Policy;
   template <int Bits>
@@ -206,7 +208,7 @@ struct rtn {
 };
 
 // Format 0.1's rule (covering grid, no clip), for comparison and reproduction.
-using rtn_cover = rtn<row_rounding::cover>;
+using rtn_cover = rtn<row_rounding::cover, 1000, 1000, 1000, 1000, 1000, 1000>;
 
 // One clip ratio for every side and bit width.
 template <int ClipPermille, row_rounding Policy = row_rounding::min_max_error>
