@@ -191,7 +191,7 @@ void bench_append(const char* name) {
       std::vector<std::int32_t> l(batch);
       for (int s = 0; s < batch; ++s) l[s] = fill ? G * (1 + s % 4) : 1 + 37 * s % (G - 1);  // fill: pos % G == G-1
       c.set_lens(l);
-      const double us = median_us([&] { kvtile::device::launch_append<Codec, half_t>(c.v, k, v); }, 41);
+      const double us = median_us([&] { check(kvtile::device::launch_append<Codec, half_t>(c.v, k, v)); }, 41);
       const double bytes = 2.0 * batch * H * D * 2;
       char nm[64];
       std::snprintf(nm, sizeof nm, "%s batch %d %s", name, batch, fill ? "all tiles fill" : "no tile fills");

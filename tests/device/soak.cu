@@ -566,8 +566,10 @@ class soak {
           }
         } else {
           const std::uint8_t* r = pages.data() + (static_cast<std::size_t>(table[static_cast<std::size_t>(s) * maxp + i]) * H + h) * RB;
-          PC::decode_keys(r, fk.data(), D, kvtile::frame::rotated);
-          PC::decode_values(r, fv.data(), D, kvtile::frame::rotated);
+          // A record the host model cannot decode fails the unit (reported with the non-finite ones).
+          if (PC::decode_keys(r, fk.data(), D, kvtile::frame::rotated) != kvtile::status::success ||
+              PC::decode_values(r, fv.data(), D, kvtile::frame::rotated) != kvtile::status::success)
+            finite[u] = 0;
         }
         for (std::size_t e = 0; e < TILE; ++e) {
           K[i * TILE + e] = fk[e];
