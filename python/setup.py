@@ -9,9 +9,16 @@
 # -gencode targets; KVTILE_OPS_LIB=/path/libkvtile_ops.so links a prebuilt
 # kvtile_ops (cmake --build ... --target kvtile_ops) instead of compiling its
 # sources again. MAX_JOBS sets the parallel compile jobs (ninja).
+#
+# On Linux the extension links the libstdc++ shared object that torch itself
+# runs with: C++ library objects (strings, streams, exceptions) cross between
+# the extension and libtorch, and a second, static copy of libstdc++ (what a
+# compiler that links it statically by default gives) crashes in stream
+# formatting, e.g. while composing an error message.
 import glob
 import os
 import re
+import sys
 
 from setuptools import find_packages, setup
 from torch.utils import cpp_extension
@@ -30,6 +37,20 @@ def want_cuda():
     return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
 
 
+def torch_libstdcxx():
+    """Path of the libstdc++ shared object loaded with torch (Linux), or None."""
+    import torch  # noqa: F401  (loads libc10 and with it libstdc++)
+
+    if not sys.platform.startswith("linux"):
+        return None
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith("libstdc++.so"):
+                return path
+    return None
+
+
 def rel(path):
     return os.path.relpath(path, here)
 
@@ -45,7 +66,10 @@ include_dirs = [os.path.join(root, "include"), os.path.join(ops, "include"), os.
 cxx_flags = ["-O2", "-std=c++17", "-fvisibility=hidden"]
 prebuilt = os.environ.get("KVTILE_OPS_LIB")
 sources = [rel(os.path.join(here, "kvtile", "csrc", "torch_ops.cpp"))]
-libraries, library_dirs, extra_link = [], [], []
+library_dirs, extra_link = [], []
+libstdcxx = torch_libstdcxx()
+if libstdcxx:
+    extra_link.append(libstdcxx)
 if prebuilt:
     library_dirs.append(os.path.dirname(os.path.abspath(prebuilt)))
     extra_link += [os.path.abspath(prebuilt), "-Wl,-rpath," + os.path.dirname(os.path.abspath(prebuilt))]
@@ -70,7 +94,8 @@ if cuda:
     )
 else:
     ext = cpp_extension.CppExtension(
-        "kvtile._C", sources, include_dirs=include_dirs, extra_compile_args={"cxx": cxx_flags}
+        "kvtile._C", sources, include_dirs=include_dirs, extra_compile_args={"cxx": cxx_flags},
+        extra_link_args=extra_link,
     )
 
 setup(
