@@ -247,7 +247,16 @@ double fp16_baseline(const shape& s) {
 
 // kvtile over the quantized cache: plan/run (timed: run; the plan is host work
 // done before the step), and with one_call also the one-call paged_decode.
-template <class Codec, class QT = half_t>
+// Units of 8 query rows (each record read once per 8 query heads), and the
+// 16-row kernel with two stages per ring: comparisons for groups of 16.
+struct rows8_policy : attention::decode_policy {
+  static constexpr int max_unit_rows = 8;
+};
+struct wide2_policy : attention::decode_policy {
+  static constexpr int wide_stages = 2;
+};
+
+template <class Codec, class QT = half_t, class P = attention::decode_policy>
 void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false) {
   constexpr int D = Codec::D, G = Codec::G;
   constexpr std::size_t RB = Codec::record_bytes;
@@ -329,20 +338,20 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
                                            (sink && full > 0 ? G * D * 4.0 : 0.0));
   }
   attention::decode_plan plan;
-  status st = plan.plan<Codec>(cv, lens.data(), a);
-  if (st == status::success) st = plan.run<Codec>(cv, a);
+  status st = plan.plan<Codec, P>(cv, lens.data(), a);
+  if (st == status::success) st = plan.run<Codec, P>(cv, a);
   if (st != status::success) {
     std::fprintf(stderr, "%s: %s\n", name, to_string(st));
     std::exit(1);
   }
   BCUDA(cudaDeviceSynchronize());
-  const double us = time_median([&] { (void)plan.run<Codec>(cv, a); });
+  const double us = time_median([&] { (void)plan.run<Codec, P>(cv, a); });
   g_results.push_back({name, s, us, bytes, bytes / us / 1e3, bytes / us / 1e3 / g_ceiling, fp16_us / us, plan.chunks()});
   print_result(g_results.back());
   if (one_call) {
-    const double us1 = time_median([&] { (void)attention::paged_decode<Codec>(cv, a); });
+    const double us1 = time_median([&] { (void)attention::paged_decode<Codec, P>(cv, a); });
     g_results.push_back({std::string(name) + "_onecall", s, us1, bytes, bytes / us1 / 1e3, bytes / us1 / 1e3 / g_ceiling,
-                         fp16_us / us1, attention::plan_splits<Codec>(cv, s.Hq)});
+                         fp16_us / us1, attention::plan_splits<Codec, P>(cv, s.Hq)});
     print_result(g_results.back());
   }
   free_queries(q);
@@ -409,10 +418,12 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, g_ceiling, g_iters);
   const char* hdr = "%-18s %4s %4s %4s %4s %7s %-10s %6s %10s %9s %8s %7s %8s\n";
   std::printf(hdr, "kernel", "B", "Hq", "Hkv", "D", "tokens", "lengths", "chunks", "us", "GB/s", "ceil%", "MB", "vs fp16");
-  // (B, Hq, Hkv, D, tokens): the issue's shapes (batch 1-4 at 16K-256K, GQA 1/4/8/16, D 64/128/256, batch 64-128).
+  // (B, Hq, Hkv, D, tokens): the issue's shapes (batch 1-4 at 16K-256K, GQA 1/4/8/16, D 64/128/256, batch 64-128);
+  // the GQA 16 shapes also with 8-row units and two stages per 16-row ring.
   std::vector<shape> shapes = {
       {1, 32, 8, 128, 16384},   {1, 32, 8, 128, 65536},  {1, 32, 8, 128, 262144}, {2, 32, 8, 128, 32768},
       {4, 32, 8, 128, 16384},   {2, 8, 1, 128, 32768},   {16, 32, 8, 128, 65536}, {8, 128, 8, 128, 32768},
+      {2, 16, 1, 128, 65536},
       {8, 8, 8, 128, 32768},    {64, 32, 8, 128, 8192},  {128, 32, 8, 128, 4096},
       {16, 16, 8, 256, 32768},  {8, 32, 8, 64, 32768},
   };
@@ -435,6 +446,10 @@ int main(int argc, char** argv) {
     } else {
       f = fp16_baseline<128>(s);
       quant_run<k4v2_g128<128>>("k4v2_g128", s, f, true);
+      if (s.Hq == 16 * s.Hkv) {
+        quant_run<k4v2_g128<128>, half_t, rows8_policy>("k4v2_g128_rows8", s, f, false);
+        quant_run<k4v2_g128<128>, half_t, wide2_policy>("k4v2_g128_wide2", s, f, false);
+      }
       if (quick) continue;
       if (s.B == 16 && s.L == 65536) {
         quant_run<k4v4_g128<128>>("k4v4_g128", s, f, false);

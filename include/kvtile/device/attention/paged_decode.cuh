@@ -15,8 +15,8 @@
 // (original frame) and optionally lse[num_seqs][q_heads] = ln sum_t exp(s_t)
 // (-inf for an empty sequence, whose output is 0).
 //
-// Structure: a unit is one (sequence, KV head, query group of up to 8 query
-// heads: the MMA's N); its tiles are cut into chunks (detail/schedule.hpp),
+// Structure: a unit is one (sequence, KV head, query group of up to 16 query
+// heads: one or two n-blocks of the MMA's N = 8); its tiles are cut into chunks (detail/schedule.hpp),
 // and each persistent CTA runs its chunks one after the other. The CTA's warps
 // take whole tiles (a record, the sink or the tail), fetched by cp.async.bulk
 // into shared-memory stages (mbarriers; one copy per record); QK and PV run on
@@ -63,12 +63,18 @@ namespace attention {
 // slower), and the stage-pool kernel's stages and warps (16 shared by 12:
 // 168 registers; faster than the ring kernel for long chunks, slower for
 // short ones, hence used for chunks of >= 128 tiles; 0 stages: no pool
-// kernel). A policy with other values is another set of kernels.
+// kernel). Groups of more than 8 query heads per KV head run 16 query rows
+// per unit (max_unit_rows = 16; 8: units of 8 rows, each record read once per
+// 8 rows) on the two-n-block ring kernel: rings of two warps (one per 8
+// rows) sharing each record, wide_stages stages per ring. A policy with other
+// values is another set of kernels.
 struct decode_policy {
   static constexpr int stages = 2;
   static constexpr int max_rings = 8;
   static constexpr int pool_stages = 16;
   static constexpr int pool_warps = 12;
+  static constexpr int max_unit_rows = 16;
+  static constexpr int wide_stages = 3;
 };
 
 // Launch configuration of the quantized kernel for Codec (a tile_codec).
@@ -100,7 +106,27 @@ struct quant_kernel_traits {
                      : 0;
   static constexpr std::size_t pool_smem_bytes =
       detail::pool_smem_bytes<D, pool_warps, stage::bytes, true, pool>();
-  static constexpr std::size_t max_smem_bytes = pool_smem_bytes > smem_bytes ? pool_smem_bytes : smem_bytes;
+  // The two-n-block kernel (16 query rows per unit; max_unit_rows >= 16): rings
+  // of two warps, at most max_rings / 2 rings (the warps of the ring kernel).
+  static constexpr bool wide = Policy::max_unit_rows >= 2 * detail::max_group;
+  static constexpr int wide_stages = Policy::wide_stages;
+  using wide_stage = detail::stage_layout<config, packer, 1, detail::quant_swizzled<config, packer, wide_stages>()>;
+  static constexpr int wide_rings =
+      detail::fit_rings<D, wide_stages, wide_stage::bytes, true,
+                        detail::warps_for<record_bytes, wide_stages, Policy::max_rings / 2>(), 2 * detail::max_group>();
+  static constexpr int wide_warps = 2 * wide_rings;
+  static constexpr std::size_t wide_smem_bytes =
+      wide ? detail::smem_plan<D, wide_warps, wide_stages, wide_stage::bytes, wide_rings, true,
+                               2 * detail::max_group>::bytes
+           : 0;
+  static constexpr std::size_t max_smem_bytes =
+      (pool_smem_bytes > smem_bytes ? pool_smem_bytes : smem_bytes) > wide_smem_bytes
+          ? (pool_smem_bytes > smem_bytes ? pool_smem_bytes : smem_bytes)
+          : wide_smem_bytes;
+  static_assert(!wide || wide_smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
+  // Query rows of a unit for q_heads / kv_heads = group (8 or 16).
+  static int unit_rows(int group) { return detail::unit_rows_for(group, Policy::max_unit_rows); }
+  static int rings_for(int group) { return unit_rows(group) > detail::max_group ? wide_rings : rings; }
   static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
   static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");
   static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
@@ -114,19 +140,20 @@ struct quant_kernel_traits {
 // Splits of the one-call path (num_splits = 0: automatic).
 template <class Codec, class Policy = decode_policy>
 int plan_splits(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
-  const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
-  const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
-  return detail::choose_splits(units, cache.max_pages_per_seq + 1, quant_kernel_traits<Codec, Policy>::rings, num_splits,
+  using tr = quant_kernel_traits<Codec, Policy>;
+  const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1, rows = tr::unit_rows(group);
+  const int units = cache.num_seqs * cache.kv_heads * ((group + rows - 1) / rows);
+  return detail::choose_splits(units, cache.max_pages_per_seq + 1, tr::rings_for(group), num_splits,
                                detail::current_sm_count());
 }
 
-// Workspace of paged_decode and of decode_plan (the same bound), for the
-// current device.
+// Workspace of paged_decode and of decode_plan (the same bound, for units of 8
+// or 16 query rows: every policy), for the current device.
 template <class Codec>
 std::size_t workspace_bytes(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
   if (cache.kv_heads <= 0 || q_heads <= 0 || cache.num_seqs < 0) return 0;
-  return detail::layout_for(cache.num_seqs, cache.kv_heads, q_heads, num_splits, detail::current_sm_count(), Codec::D)
-      .bytes;
+  return detail::workspace_bound(cache.num_seqs, cache.kv_heads, q_heads, num_splits, detail::current_sm_count(),
+                                 Codec::D);
 }
 
 // Checks everything that can be checked without reading device memory, and the
@@ -149,7 +176,8 @@ status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
 }
 
 namespace detail {
-// Launches the quantized kernel variant (pool or rings, packed or 8-query layout).
+// Launches the quantized kernel variant (16-row rings, pool or rings, packed
+// or 8-query layout); p.unit_rows = 16 selects the two-n-block kernel.
 template <class Codec, class Policy, class QT>
 status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, bool pool, dim3 grid,
                     const kernel_params& p, cudaStream_t stream) {
@@ -163,6 +191,13 @@ status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, boo
     if (status s = configure_kernel(kernel, smem, dev, configured); s != status::success) return s;
     return launch<QT, tr::D, true>(kernel, smem, warps * 32, grid, cache, p, a, stream);
   };
+  if constexpr (tr::wide) {
+    if (p.unit_rows > max_group) {
+      static std::atomic<std::uint64_t> configured{0};
+      return go(quant_decode_kernel<cfg, pk, QT, tr::wide_rings, tr::wide_stages, false, 0, 2>, tr::wide_smem_bytes,
+                tr::wide_warps, configured);
+    }
+  }
   if constexpr (tr::pool > 0) {
     if (pool && packed) {
       static std::atomic<std::uint64_t> configured{0};  // per instantiation (one kernel), bit per device
@@ -195,10 +230,11 @@ status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cud
   if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
   if (cache.num_seqs == 0) return status::success;
   const int splits = plan_splits<Codec, Policy>(cache, a.q_heads, a.num_splits);
+  const int rows = tr::unit_rows(a.q_heads / cache.kv_heads);
   const detail::ws_layout L = detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits,
-                                                 detail::current_sm_count(), tr::D);
-  if (static_cast<std::int64_t>(cache.num_seqs) * cache.kv_heads * splits > L.chunks) return status::invalid_argument;
-  const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false);
+                                                 detail::current_sm_count(), tr::D, rows);
+  const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false, rows);
+  if (static_cast<std::int64_t>(cache.num_seqs) * p.units * splits > L.chunks) return status::invalid_argument;
   // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
   const bool pool = splits == 1 && cache.max_pages_per_seq >= 128;
   return detail::launch_quant<Codec, Policy, QT>(cache, a, pool, dim3(splits, p.units, cache.num_seqs), p, stream);
@@ -308,11 +344,13 @@ class decode_plan {
     const key k = make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
     const int ctas = grid_size();
     const bool fresh = !(k == key_) || ctas != ctas_;
+    const int group = a.q_heads / cache.kv_heads, rows = tr::unit_rows(group);
     if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
-                         tr::rings, Codec::D);
+                         tr::rings_for(group), Codec::D, rows);
         s != status::success)
       return s;
-    if (fresh) pool_ = tr::pool > 0 && sched_.chunks > 0 && total_tiles_ >= 128LL * sched_.chunks;
+    if (fresh)
+      pool_ = tr::pool > 0 && rows == detail::max_group && sched_.chunks > 0 && total_tiles_ >= 128LL * sched_.chunks;
     key_ = k;
     return upload(a, stream);
   }
@@ -324,7 +362,8 @@ class decode_plan {
       return status::invalid_argument;  // not the planned shape, options or workspace
     if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
     if (cache.num_seqs == 0) return status::success;
-    const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true);
+    const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true,
+                                                        tr::unit_rows(a.q_heads / cache.kv_heads));
     return detail::launch_quant<Codec, Policy, QT>(cache, a, pool_, dim3(ctas_), p, stream);
   }
 
@@ -400,19 +439,19 @@ class decode_plan {
 
   template <class QT>
   status build(int num_seqs, int kv_heads, const std::int32_t* lens, const decode_args<QT>& a, int T, int max_len,
-               int ctas, int rings, int d) {
+               int ctas, int rings, int d, int rows = detail::max_group) {
     const int group = a.q_heads / kv_heads;
     detail::schedule_request r;
     r.seq_lens = lens;
     r.num_seqs = num_seqs;
-    r.units_per_seq = kv_heads * ((group + detail::max_group - 1) / detail::max_group);
+    r.units_per_seq = kv_heads * ((group + rows - 1) / rows);
     r.tile_tokens = T;
     r.max_len = max_len;
     r.window_left = a.window_left < 0 ? -1 : a.window_left;
     r.ctas = ctas;
     r.rings = rings;
     r.forced_splits = a.num_splits;
-    layout_ = detail::layout_for(num_seqs, kv_heads, a.q_heads, a.num_splits, ctas, d);
+    layout_ = detail::layout_for(num_seqs, kv_heads, a.q_heads, a.num_splits, ctas, d, rows);
     sched_ = detail::make_schedule(r);
     if (sched_.chunks > layout_.chunks) return status::invalid_argument;  // cannot happen (max_chunks)
     total_tiles_ = 0;

@@ -17,7 +17,8 @@ namespace attention::detail {
 
 inline constexpr float log2e = 1.4426950408889634f;
 inline constexpr float ln2 = 0.69314718055994531f;
-inline constexpr int max_group = 8;  // query heads per CTA (the MMA's N)
+inline constexpr int max_group = 8;  // query rows per n-block (the MMA's N)
+inline constexpr int max_nblocks = 2;  // n-blocks per unit: up to 16 query rows per CTA
 
 template <class QT>
 KVTILE_DEVICE float load_q(const QT* p) {
@@ -32,9 +33,10 @@ struct kernel_params {
   const void* q;
   int q_heads;
   int group;      // q_heads / kv_heads
-  int qgroups;    // ceil(group / 8)
+  int unit_rows;  // query rows of a unit: 8 x the kernel's n-blocks (8 or 16)
+  int qgroups;    // ceil(group / unit_rows)
   int units;      // units per sequence: kv_heads * qgroups
-  int slot_rows;  // partial rows per slot: min(group, 8)
+  int slot_rows;  // partial rows per slot: min(group, unit_rows)
   float scale_log2;
   int num_splits; // without a plan: chunks per unit (grid (num_splits, units, num_seqs))
   int window_left;
@@ -106,7 +108,10 @@ KVTILE_DEVICE void split_b_part(float x0, float x1, float x2, float x3, float lo
 
 // Index of the uint4 fragment of query row r, k-step kk, lane t%4 (channels
 // 16 kk + 4 t .. + 3): a warp's 16-byte reads of one k-step are contiguous.
+// Rows r >= 8 (the second n-block) follow the first block's D / 16 k-steps.
 KVTILE_DEVICE constexpr int qf_index(int kk, int r, int t) { return (kk * max_group + r) * 4 + t; }
+template <int D>
+KVTILE_DEVICE constexpr int qf_block(int nb) { return nb * (D / 16) * max_group * 4; }
 
 }  // namespace attention::detail
 KVTILE_NAMESPACE_END

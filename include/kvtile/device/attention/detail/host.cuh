@@ -60,10 +60,12 @@ struct ws_layout {
   std::size_t o = 0, ml = 0, work = 0, cta = 0, spans = 0, bytes = 0;
   std::int64_t chunks = 0;
 };
-inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d) {
+// unit_rows: query rows of a unit (8 or 16, unit_rows_for).
+inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d,
+                            int unit_rows = max_group) {
   auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
-  const int group = q_heads / kv_heads, qgroups = (group + max_group - 1) / max_group;
-  const int slot_rows = group < max_group ? group : max_group;
+  const int group = q_heads / kv_heads, qgroups = (group + unit_rows - 1) / unit_rows;
+  const int slot_rows = group < unit_rows ? group : unit_rows;
   const std::int64_t units = static_cast<std::int64_t>(num_seqs) * kv_heads * qgroups;
   ws_layout L;
   L.chunks = max_chunks(units, ctas, num_splits);  // also the one-call path's bound: units x splits <= max(units, ctas)
@@ -76,16 +78,31 @@ inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_spl
   return L;
 }
 
+// The larger workspace of the two unit sizes (8 and 16 query rows): a bound
+// for every policy.
+inline std::size_t workspace_bound(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d) {
+  const std::size_t a = layout_for(num_seqs, kv_heads, q_heads, num_splits, ctas, d, max_group).bytes;
+  const std::size_t b = layout_for(num_seqs, kv_heads, q_heads, num_splits, ctas, d, 2 * max_group).bytes;
+  return a > b ? a : b;
+}
+
+// Query rows of a unit for a group of `group` query heads per KV head: 16 (two
+// n-blocks) when the group has more than 8 and the policy allows it, else 8.
+inline int unit_rows_for(int group, int max_unit_rows) {
+  return group > max_group && max_unit_rows >= 2 * max_group ? 2 * max_group : max_group;
+}
+
 template <class QT>
 kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, int max_len, const ws_layout& L,
-                          bool planned) {
+                          bool planned, int unit_rows = max_group) {
   kernel_params p{};
   p.q = a.q;
   p.q_heads = a.q_heads;
   p.group = a.q_heads / kv_heads;
-  p.qgroups = (p.group + max_group - 1) / max_group;
+  p.unit_rows = unit_rows;
+  p.qgroups = (p.group + unit_rows - 1) / unit_rows;
   p.units = kv_heads * p.qgroups;
-  p.slot_rows = p.group < max_group ? p.group : max_group;
+  p.slot_rows = p.group < unit_rows ? p.group : unit_rows;
   p.scale_log2 = a.softmax_scale * log2e;
   p.num_splits = splits;
   p.window_left = a.window_left < 0 ? -1 : a.window_left;

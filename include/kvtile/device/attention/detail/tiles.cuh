@@ -22,14 +22,16 @@ namespace attention::detail {
 // Rotates (FWHT), scales and normalizes the CTA's query rows into shared memory:
 // qn[row][d] = (q H)[d] * scale * log2(e) / nf[row], nf[row] a power of two with
 // max |qn[row]| in [1, 2). Rows past the group are zero. The fragments qf follow
-// the QK channel order key_order<D, Swz> (tile_layout.cuh).
-template <class QT, int D, int W, bool Rotate, bool KeepQn, bool Swz>
+// the QK channel order key_order<D, Swz> (tile_layout.cuh); Rows = 8 x n-blocks
+// (block nb's fragments at qf + qf_block<D>(nb)).
+template <class QT, int D, int W, bool Rotate, bool KeepQn, bool Swz, int Rows = max_group>
 KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg, float* qn, float* nf, uint4* qf) {
+  static_assert(KeepQn || Rows == max_group, "the overlaid fragments (fp16 kernel) hold one n-block");
   constexpr int q_stride = D + 16;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int row = warp; row < max_group; row += W) {
+  for (int row = warp; row < Rows; row += W) {
     float* v = qn + row * q_stride;
-    const int gi = qg * max_group + row;
+    const int gi = qg * Rows + row;
     const bool valid = gi < p.group;
     const QT* src = static_cast<const QT*>(p.q) + (static_cast<std::int64_t>(seq) * p.q_heads + kvh * p.group + gi) * D;
     for (int d = lane; d < D; d += 32) v[d] = valid ? load_q<QT>(src + d) : 0.0f;
@@ -73,7 +75,8 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
       const float4 x = *reinterpret_cast<const float4*>(v + key_order<D, Swz>::qpad(4 * u));
       std::uint32_t b[4] = {0u, 0u, 0u, 0u};
       split_b(x.x, x.y, x.z, x.w, b);
-      qf[qf_index(key_order<D, Swz>::unit_kk(u), row, key_order<D, Swz>::unit_t(u))] =
+      qf[qf_block<D>(row / max_group) +
+         qf_index(key_order<D, Swz>::unit_kk(u), row % max_group, key_order<D, Swz>::unit_t(u))] =
           make_uint4(b[0], b[1], b[2], b[3]);
     }
   }
