@@ -162,9 +162,9 @@ struct queries {
   std::size_t ws_bytes = 0;
 };
 
-queries make_queries(const shape& s, std::size_t ws_bytes) {
+queries make_queries(const shape& s, std::size_t ws_bytes, int tokens_per_seq = 1) {
   queries q;
-  const std::size_t n = static_cast<std::size_t>(s.B) * s.Hq * s.D;
+  const std::size_t n = static_cast<std::size_t>(s.B) * tokens_per_seq * s.Hq * s.D;
   BCUDA(cudaMalloc(&q.q, n * 2));
   BCUDA(cudaMalloc(&q.out, n * 2));
   fill_random_half<<<256, 256>>>(static_cast<std::uint16_t*>(q.q), n, 99);
@@ -256,8 +256,9 @@ struct wide2_policy : attention::decode_policy {
   static constexpr int wide_stages = 2;
 };
 
+// mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr).
 template <class Codec, class QT = half_t, class P = attention::decode_policy>
-void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false) {
+void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false, int mq = 0) {
   constexpr int D = Codec::D, G = Codec::G;
   constexpr std::size_t RB = Codec::record_bytes;
   std::mt19937_64 rng(7);
@@ -322,8 +323,18 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
   cv.num_pages = static_cast<int>(s.B * pps);
   cv.record_bytes = static_cast<std::int64_t>(RB);
   const std::size_t nq = static_cast<std::size_t>(s.B) * s.Hq * D;
-  queries q = make_queries(s, attention::workspace_bytes<Codec>(cv, s.Hq));
+  const int span = mq > 0 ? mq : 1;
+  queries q = make_queries(s, attention::workspace_bytes<Codec>(cv, s.Hq, 0, span), span);
+  std::int32_t* dind = nullptr;
   attention::decode_args<QT> a;
+  if (mq > 0) {
+    std::vector<std::int32_t> off(s.B + 1);
+    for (int b = 0; b <= s.B; ++b) off[b] = b * mq;
+    BCUDA(cudaMalloc(&dind, off.size() * 4));
+    BCUDA(cudaMemcpy(dind, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
+    a.qo_indptr = dind;
+    a.max_q_tokens = mq;
+  }
   a.q = static_cast<const QT*>(q.q);
   a.out = static_cast<QT*>(q.out);
   a.q_heads = s.Hq;
@@ -351,10 +362,11 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
   if (one_call) {
     const double us1 = time_median([&] { (void)attention::paged_decode<Codec, P>(cv, a); });
     g_results.push_back({std::string(name) + "_onecall", s, us1, bytes, bytes / us1 / 1e3, bytes / us1 / 1e3 / g_ceiling,
-                         fp16_us / us1, attention::plan_splits<Codec, P>(cv, s.Hq)});
+                         fp16_us / us1, attention::plan_splits<Codec, P>(cv, s.Hq, 0, span)});
     print_result(g_results.back());
   }
   free_queries(q);
+  if (dind) cudaFree(dind);
   cudaFree(pages);
   cudaFree(dpool);
   cudaFree(dpt);
@@ -457,6 +469,8 @@ int main(int argc, char** argv) {
         quant_run<k4v2_g128<128, fp16_scales>>("k4v2_g128_fp16s", s, f, false);
         quant_run<k4v2_g128<128>, bfloat16_t>("k4v2_g128_bf16q", s, f, false);
         quant_run<k4v2_g128<128>>("k4v2_g128_sink", s, f, false, true);
+        quant_run<k4v2_g128<128>>("k4v2_g128_mq4", s, f, false, false, 4);  // 4 / 8 new tokens per sequence
+        quant_run<k4v2_g128<128>>("k4v2_g128_mq8", s, f, false, false, 8);
       }
     }
   }

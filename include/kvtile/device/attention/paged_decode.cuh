@@ -9,6 +9,9 @@
 //   s = plan.run<Codec>(cache, a, stream);                         // device: capturable in a CUDA graph
 //   // or, in one call without host lengths: kvtile::attention::paged_decode<Codec>(cache, a, stream)
 //
+// Multi-query (decode_args::qo_indptr, max_q_tokens <= 8): the query rows of a
+// KV head are (new token, query head) pairs, causal among the new tokens.
+//
 // Inputs: queries [num_seqs][q_heads][D] (half_t or bfloat16_t, original frame),
 // the paged cache view (records per (page, KV head), fp16 tail and optional
 // sink in the rotated frame). Output [num_seqs][q_heads][D] in the query type
@@ -107,13 +110,15 @@ struct quant_kernel_traits {
   static constexpr std::size_t pool_smem_bytes =
       detail::pool_smem_bytes<D, pool_warps, stage::bytes, true, pool>();
   // The two-n-block kernel (16 query rows per unit; max_unit_rows >= 16): rings
-  // of two warps, at most max_rings / 2 rings (the warps of the ring kernel).
-  static constexpr bool wide = Policy::max_unit_rows >= 2 * detail::max_group;
+  // of two warps, at most max_rings / 2 rings (the warps of the ring kernel),
+  // used when at least two rings fit (records of 24+ KB at D = 256 leave one:
+  // 8-row units then).
   static constexpr int wide_stages = Policy::wide_stages;
   using wide_stage = detail::stage_layout<config, packer, 1, detail::quant_swizzled<config, packer, wide_stages>()>;
   static constexpr int wide_rings =
       detail::fit_rings<D, wide_stages, wide_stage::bytes, true,
                         detail::warps_for<record_bytes, wide_stages, Policy::max_rings / 2>(), 2 * detail::max_group>();
+  static constexpr bool wide = Policy::max_unit_rows >= 2 * detail::max_group && wide_rings >= 2;
   static constexpr int wide_warps = 2 * wide_rings;
   static constexpr std::size_t wide_smem_bytes =
       wide ? detail::smem_plan<D, wide_warps, wide_stages, wide_stage::bytes, wide_rings, true,
@@ -124,9 +129,9 @@ struct quant_kernel_traits {
           ? (pool_smem_bytes > smem_bytes ? pool_smem_bytes : smem_bytes)
           : wide_smem_bytes;
   static_assert(!wide || wide_smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
-  // Query rows of a unit for q_heads / kv_heads = group (8 or 16).
-  static int unit_rows(int group) { return detail::unit_rows_for(group, Policy::max_unit_rows); }
-  static int rings_for(int group) { return unit_rows(group) > detail::max_group ? wide_rings : rings; }
+  // Query rows of a unit (8 or 16) for `rows` query rows per KV head (max_q_tokens x group).
+  static int unit_rows(int rows) { return detail::unit_rows_for(rows, wide ? 2 * detail::max_group : detail::max_group); }
+  static int rings_for(int rows) { return unit_rows(rows) > detail::max_group ? wide_rings : rings; }
   static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
   static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");
   static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
@@ -139,21 +144,22 @@ struct quant_kernel_traits {
 
 // Splits of the one-call path (num_splits = 0: automatic).
 template <class Codec, class Policy = decode_policy>
-int plan_splits(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
+int plan_splits(const paged_cache_view& cache, int q_heads, int num_splits = 0, int max_q_tokens = 1) {
   using tr = quant_kernel_traits<Codec, Policy>;
-  const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1, rows = tr::unit_rows(group);
-  const int units = cache.num_seqs * cache.kv_heads * ((group + rows - 1) / rows);
-  return detail::choose_splits(units, cache.max_pages_per_seq + 1, tr::rings_for(group), num_splits,
+  const int all = max_q_tokens * (cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1), rows = tr::unit_rows(all);
+  const int units = cache.num_seqs * cache.kv_heads * ((all + rows - 1) / rows);
+  return detail::choose_splits(units, cache.max_pages_per_seq + 1, tr::rings_for(all), num_splits,
                                detail::current_sm_count());
 }
 
 // Workspace of paged_decode and of decode_plan (the same bound, for units of 8
-// or 16 query rows: every policy), for the current device.
+// or 16 query rows: every policy), for the current device; max_q_tokens as in
+// decode_args (multi-query).
 template <class Codec>
-std::size_t workspace_bytes(const paged_cache_view& cache, int q_heads, int num_splits = 0) {
-  if (cache.kv_heads <= 0 || q_heads <= 0 || cache.num_seqs < 0) return 0;
+std::size_t workspace_bytes(const paged_cache_view& cache, int q_heads, int num_splits = 0, int max_q_tokens = 1) {
+  if (cache.kv_heads <= 0 || q_heads <= 0 || cache.num_seqs < 0 || max_q_tokens < 1) return 0;
   return detail::workspace_bound(cache.num_seqs, cache.kv_heads, q_heads, num_splits, detail::current_sm_count(),
-                                 Codec::D);
+                                 Codec::D, max_q_tokens);
 }
 
 // Checks everything that can be checked without reading device memory, and the
@@ -168,7 +174,7 @@ status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
       s != status::success)
     return s;
   if (status s = detail::check_common(a, cache.num_seqs, cache.kv_heads); s != status::success) return s;
-  if (!a.workspace || a.workspace_bytes < workspace_bytes<Codec>(cache, a.q_heads, a.num_splits))
+  if (!a.workspace || a.workspace_bytes < workspace_bytes<Codec>(cache, a.q_heads, a.num_splits, a.max_q_tokens))
     return status::insufficient_space;
   if (reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0) return status::misaligned;
   int dev = 0;
@@ -186,7 +192,7 @@ status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, boo
   using pk = typename tr::packer;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return status::cuda_error;
-  const bool packed = a.q_heads / cache.kv_heads <= max_group / 2;
+  const bool packed = p.rows_total <= max_group / 2;
   auto go = [&](auto kernel, std::size_t smem, int warps, std::atomic<std::uint64_t>& configured) {
     if (status s = configure_kernel(kernel, smem, dev, configured); s != status::success) return s;
     return launch<QT, tr::D, true>(kernel, smem, warps * 32, grid, cache, p, a, stream);
@@ -229,10 +235,11 @@ status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cud
   using tr = quant_kernel_traits<Codec, Policy>;
   if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
   if (cache.num_seqs == 0) return status::success;
-  const int splits = plan_splits<Codec, Policy>(cache, a.q_heads, a.num_splits);
-  const int rows = tr::unit_rows(a.q_heads / cache.kv_heads);
+  const int span = detail::q_span_of(a);
+  const int splits = plan_splits<Codec, Policy>(cache, a.q_heads, a.num_splits, span);
+  const int rows = tr::unit_rows(span * (a.q_heads / cache.kv_heads));
   const detail::ws_layout L = detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits,
-                                                 detail::current_sm_count(), tr::D, rows);
+                                                 detail::current_sm_count(), tr::D, rows, span);
   const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false, rows);
   if (static_cast<std::int64_t>(cache.num_seqs) * p.units * splits > L.chunks) return status::invalid_argument;
   // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
@@ -281,6 +288,7 @@ status can_implement_fp16(const fp16_paged_cache_view& cache, const decode_args<
   if (reinterpret_cast<std::uintptr_t>(cache.k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(cache.v) % 16 != 0)
     return status::misaligned;
   if (status s = detail::check_common(a, cache.num_seqs, cache.kv_heads); s != status::success) return s;
+  if (a.qo_indptr) return status::invalid_argument;  // the baseline decodes one token per sequence
   if (!a.workspace || a.workspace_bytes < workspace_bytes_fp16<D>(cache, a.q_heads, a.num_splits))
     return status::insufficient_space;
   if (reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0) return status::misaligned;
@@ -344,9 +352,9 @@ class decode_plan {
     const key k = make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
     const int ctas = grid_size();
     const bool fresh = !(k == key_) || ctas != ctas_;
-    const int group = a.q_heads / cache.kv_heads, rows = tr::unit_rows(group);
+    const int all = detail::q_span_of(a) * (a.q_heads / cache.kv_heads), rows = tr::unit_rows(all);
     if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
-                         tr::rings_for(group), Codec::D, rows);
+                         tr::rings_for(all), Codec::D, rows);
         s != status::success)
       return s;
     if (fresh)
@@ -363,7 +371,7 @@ class decode_plan {
     if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
     if (cache.num_seqs == 0) return status::success;
     const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true,
-                                                        tr::unit_rows(a.q_heads / cache.kv_heads));
+                                                        tr::unit_rows(detail::q_span_of(a) * (a.q_heads / cache.kv_heads)));
     return detail::launch_quant<Codec, Policy, QT>(cache, a, pool_, dim3(ctas_), p, stream);
   }
 
@@ -406,13 +414,15 @@ class decode_plan {
  private:
   struct key {
     const void* type = nullptr;
-    int num_seqs = -1, kv_heads = 0, max_pages = 0, q_heads = 0, window_left = -1, num_splits = 0;
+    int num_seqs = -1, kv_heads = 0, max_pages = 0, q_heads = 0, window_left = -1, num_splits = 0, q_span = 0;
+    const void* qo_indptr = nullptr;
     const void* workspace = nullptr;
     std::size_t workspace_bytes = 0;
     int device = -1;
     bool operator==(const key& o) const {
       return type == o.type && num_seqs == o.num_seqs && kv_heads == o.kv_heads && max_pages == o.max_pages &&
              q_heads == o.q_heads && window_left == o.window_left && num_splits == o.num_splits &&
+             q_span == o.q_span && qo_indptr == o.qo_indptr &&
              workspace == o.workspace && workspace_bytes == o.workspace_bytes && device == o.device;
     }
   };
@@ -424,6 +434,8 @@ class decode_plan {
     k.kv_heads = kv_heads;
     k.max_pages = max_pages;
     k.q_heads = a.q_heads;
+    k.q_span = detail::q_span_of(a);
+    k.qo_indptr = a.qo_indptr;
     k.window_left = a.window_left < 0 ? -1 : a.window_left;
     k.num_splits = a.num_splits;
     k.workspace = a.workspace;
@@ -440,18 +452,19 @@ class decode_plan {
   template <class QT>
   status build(int num_seqs, int kv_heads, const std::int32_t* lens, const decode_args<QT>& a, int T, int max_len,
                int ctas, int rings, int d, int rows = detail::max_group) {
-    const int group = a.q_heads / kv_heads;
+    const int span = detail::q_span_of(a), all = span * (a.q_heads / kv_heads);
     detail::schedule_request r;
     r.seq_lens = lens;
     r.num_seqs = num_seqs;
-    r.units_per_seq = kv_heads * ((group + rows - 1) / rows);
+    r.units_per_seq = kv_heads * ((all + rows - 1) / rows);
+    r.q_span = span;
     r.tile_tokens = T;
     r.max_len = max_len;
     r.window_left = a.window_left < 0 ? -1 : a.window_left;
     r.ctas = ctas;
     r.rings = rings;
     r.forced_splits = a.num_splits;
-    layout_ = detail::layout_for(num_seqs, kv_heads, a.q_heads, a.num_splits, ctas, d, rows);
+    layout_ = detail::layout_for(num_seqs, kv_heads, a.q_heads, a.num_splits, ctas, d, rows, span);
     sched_ = detail::make_schedule(r);
     if (sched_.chunks > layout_.chunks) return status::invalid_argument;  // cannot happen (max_chunks)
     total_tiles_ = 0;

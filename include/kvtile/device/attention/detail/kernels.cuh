@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
     const chunk_ref c = chunk_at(p, ci, cache.seq_lens, G);
     const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
     init_barriers<nbars, Pool>(bars, tickets, ci > first);
-    const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left);
+    const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left, p.q_span);
     const int n_full = ts.len / G, tail = ts.len % G;
     const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
     const bool sink = cache.has_sink();
@@ -81,25 +81,35 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
     const float* qnb = qn + nb * max_group * (D + 16);
     const uint4* qfb = qf + qf_block<D>(nb);
     const float nfq[2] = {nf[nb * max_group + (PK ? t : 2 * t)], nf[nb * max_group + (PK ? t : 2 * t + 1)]};
+    // Visible tokens of this thread's query columns (packed: query t in both).
+    row_bounds rb[2];
+    {
+      std::int64_t qfirst;
+      int qcount;
+      query_tokens(p, seq, qfirst, qcount);
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        rb[q] = bounds_of_row(p, qg * NB * max_group + nb * max_group + (PK ? t : 2 * t + q), ts.len, qcount);
+    }
     warp_state<D, PK ? 1 : 2> st;
     st.reset();
 
     auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
-      const int lo = ts.lo - j * G;  // > 0 only in the window's boundary tile
+      const tile_mod md = make_tile_mod(rb, j * G, G, p.cap);  // on only at window / causal boundaries or a cap
       if (is_quant(j)) {
         mbar_wait(bar, par);
-        if (page_ok(j)) quant_tile<Config, Packer, H, Swz, PK>(buf, qnb, qfb, nfq, st, sub, lo, p.cap);
+        if (page_ok(j)) quant_tile<Config, Packer, H, Swz, PK>(buf, qnb, qfb, nfq, st, sub, md);
         return true;
       }
       const std::int64_t off = cache.tile_offset(seq, kvh);
       if (j < n_full) {  // the sink
         fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
-                                    reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, lo, p.cap, qfb,
-                                    nfq, st, sub);
+                                    reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, md, qfb, nfq,
+                                    st, sub);
       } else {
         fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
-                                    reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, lo, p.cap, qfb,
-                                    nfq, st, sub);
+                                    reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, md, qfb, nfq,
+                                    st, sub);
       }
       return false;
     };
@@ -137,7 +147,7 @@ __global__ void __launch_bounds__(W * 32, 1)
     load_queries<QT, D, W, false, false, false>(p, seq, kvh, qg, qn, nf, qf);
     __syncthreads();
 
-    const tile_span ts = tile_range(cache.seq_lens[seq], PT, p.max_len, p.window_left);
+    const tile_span ts = tile_range(cache.seq_lens[seq], PT, p.max_len, p.window_left, p.q_span);
     const int len = ts.len;
     const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
     const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
@@ -148,6 +158,14 @@ __global__ void __launch_bounds__(W * 32, 1)
 
     const int t = (threadIdx.x & 31) & 3;
     const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
+    row_bounds rb[2];
+    {
+      std::int64_t qfirst;
+      int qcount;
+      query_tokens(p, seq, qfirst, qcount);
+#pragma unroll
+      for (int q = 0; q < 2; ++q) rb[q] = bounds_of_row(p, qg * max_group + 2 * t + q, len, qcount);
+    }
     warp_state<D> st;
     st.reset();
 
@@ -166,8 +184,8 @@ __global__ void __launch_bounds__(W * 32, 1)
       if (page_ok(j)) {
         const int nv = min(PT, len - j * PT);
         fp16_tile<D, PT>(reinterpret_cast<const std::uint16_t*>(buf),
-                         reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, ts.lo - j * PT, p.cap, qf, nfq,
-                         st);
+                         reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, make_tile_mod(rb, j * PT, PT, p.cap),
+                         qf, nfq, st);
       }
       return true;
     };

@@ -51,7 +51,7 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
   }
   __syncthreads();
   constexpr int rows = NB * max_group;
-  const int nq = min(rows, p.group - qg * rows);
+  const int nq = min(rows, p.rows_total - qg * rows);
   for (int idx = threadIdx.x; idx < nq * D; idx += W * 32) {
     const int q = idx / D, d = idx % D, w0 = q / max_group, qr = q % max_group;
     float mx = -INFINITY;
@@ -77,7 +77,7 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
   }
 }
 
-// Merges the splits of each (sequence, query head) row, normalizes, un-rotates
+// Merges the splits of each (sequence, query token, query head) row, normalizes, un-rotates
 // (Rotated) and writes the output and the log-sum-exp. One warp per row,
 // combine_rows rows per block; lane L holds channels E L .. E L + E - 1
 // (E = D / 32). The per-split (m, l) pairs are read one split per lane, the
@@ -100,9 +100,17 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * combine_rows + warp;
   if (row >= rows) return;  // warp-uniform
-  // The row's partials: slots first .. first + S - 1 of its unit, row q of each.
-  const std::int64_t seq = row / p.q_heads;
-  const int qh = static_cast<int>(row % p.q_heads), gi = qh % p.group;
+  // Row = (sequence, query token i < q_span, query head); tokens past the
+  // sequence's count are not written.
+  const std::int64_t seq = row / (static_cast<std::int64_t>(p.q_span) * p.q_heads);
+  const int rem = static_cast<int>(row % (static_cast<std::int64_t>(p.q_span) * p.q_heads));
+  const int i = rem / p.q_heads, qh = rem % p.q_heads, gi = i * p.group + qh % p.group;  // gi: row f of the KV head
+  std::int64_t qfirst;
+  int qcount;
+  query_tokens(p, static_cast<int>(seq), qfirst, qcount);
+  if (i >= qcount) return;  // warp-uniform
+  const std::int64_t out_row = (qfirst + i) * p.q_heads + qh;
+  // The row's partials: slots first .. first + S - 1 of its unit, row gi % unit_rows of each.
   const std::int64_t unit = seq * p.units + (qh / p.group) * p.qgroups + gi / p.unit_rows;
   std::int64_t first;
   int S;
@@ -193,10 +201,10 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
 #pragma unroll
     for (int e = 0; e < E; ++e) o[e] = __fmul_rn(o[e], kvtile::detail::hadamard_norm<D>::value);
   }
-  QT* dst = out + row * D + E * lane;
+  QT* dst = out + out_row * D + E * lane;
 #pragma unroll
   for (int e = 0; e < E; ++e) store_q<QT>(dst + e, o[e]);
-  if (lse && lane == 0) lse[row] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+  if (lse && lane == 0) lse[out_row] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
 }
 
 }  // namespace attention::detail

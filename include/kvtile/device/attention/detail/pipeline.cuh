@@ -253,7 +253,7 @@ KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int3
     c.seq = blockIdx.z;
     c.u = blockIdx.y;
     c.slot = (blockIdx.z * p.units + blockIdx.y) * p.num_splits + blockIdx.x;
-    const tile_span ts = tile_range(seq_lens[c.seq], T, p.max_len, p.window_left);
+    const tile_span ts = tile_range(seq_lens[c.seq], T, p.max_len, p.window_left, p.q_span);
     const int n = ts.n_tiles - ts.jlo, per = (n + p.num_splits - 1) / p.num_splits;
     c.j0 = min(ts.n_tiles, ts.jlo + static_cast<int>(blockIdx.x) * per);
     c.j1 = min(ts.n_tiles, c.j0 + per);
