@@ -377,9 +377,9 @@ void unit_rows_case(int group, std::vector<int> lens, const mods& m, std::uint64
 // Multi-query decode: sequence s has n[s] new tokens (its last n[s]
 // positions; 0 <= n[s] <= max_q), query rows qo_indptr[s] + i; each row
 // against fp64 over its own causal prefix (length len - (n - 1 - i)) with the
-// window and soft-cap counted from its position. Plan/run and one-call; then
-// new token counts on the device (and host) with the same plan (n_s may change
-// between replays).
+// window and soft-cap counted from its position. Plan/run; new token counts on
+// the device with the same plan (n_s may change between replays); then the
+// one-call path (last: it reuses the workspace, which holds the plan's work list).
 template <class Codec, class QT = half_t>
 void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads, int group, bool sink, const mods& m,
              std::uint64_t seed, const char* name, int max_ctas = 0) {
@@ -474,10 +474,6 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
   st = plan.run<Codec>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query run (" + to_string(st) + ")");
   verify(n, "plan/run");
-  ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
-  st = attention::paged_decode<Codec>(qc.view(), a);
-  check(st == status::success, std::string(name) + ": multi-query paged_decode (" + to_string(st) + ")");
-  verify(n, "one-call");
   // Other counts (every one <= max_q), same plan.
   std::vector<int> n2(n.size());
   for (int s = 0; s < S; ++s) n2[s] = std::min(max_q, std::min(qc.lens[s], (n[s] + 1 + s) % (max_q + 1)));
@@ -486,6 +482,11 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
   st = plan.run<Codec>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query run, new counts");
   verify(n2, "new counts, same plan");
+  set_counts(n);
+  ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
+  st = attention::paged_decode<Codec>(qc.view(), a);
+  check(st == status::success, std::string(name) + ": multi-query paged_decode (" + to_string(st) + ")");
+  verify(n, "one-call");
 }
 
 void mq_api_case() {
@@ -516,8 +517,21 @@ void mq_api_case() {
   a.max_q_tokens = 1;
   check(plan.plan<C>(qc.view(), qc.lens.data(), a) == status::success, "plan with qo_indptr");
   check(plan.run<C>(qc.view(), st.a) == status::invalid_argument, "run without the planned qo_indptr rejected");
-  fp16_paged_cache_view fv;
-  check(attention::can_implement_fp16<128>(fv, a) != status::success, "fp16 baseline: multi-query rejected");
+  fp16_paged_cache_view fv;  // a valid baseline view (nothing is read)
+  fv.k = reinterpret_cast<half_t*>(st.ws.p);
+  fv.v = fv.k;
+  fv.page_table = qc.d_ptab.p;
+  fv.seq_lens = qc.d_lens.p;
+  fv.num_seqs = 1;
+  fv.kv_heads = 2;
+  fv.head_dim = 128;
+  fv.page_tokens = attention::fp16_kernel_traits<128>::page_tokens;
+  fv.max_pages_per_seq = 1;
+  fv.num_pages = 1;
+  a = st.a;
+  check(attention::can_implement_fp16<128>(fv, a) == status::success, "fp16 baseline view accepted");
+  a.qo_indptr = indptr.p;
+  check(attention::can_implement_fp16<128>(fv, a) == status::invalid_argument, "fp16 baseline: multi-query rejected");
 }
 
 // Every plan/run test; `small`: the reduced set (for compute-sanitizer).

@@ -340,6 +340,8 @@ status paged_decode_fp16(const fp16_paged_cache_view& cache, const decode_args<Q
 // shape change; every later plan's work list is valid for it. The device
 // lengths must equal the planned host lengths for a correct result; if they
 // do not, the kernel still reads only within the page table, tails and sinks.
+// The work list lives in the workspace: another paged_decode or plan on the
+// same workspace overwrites it (plan again before the next run).
 // Not thread-safe: one plan per stream.
 class decode_plan {
  public:
