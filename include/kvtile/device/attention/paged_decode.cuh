@@ -78,6 +78,9 @@ struct decode_policy {
   static constexpr int pool_warps = 12;
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
+  // The conflict-free stage layout (detail/tile_layout.cuh): no bank
+  // conflicts, but slower on the H200 (docs/attention.md); off.
+  static constexpr bool conflict_free_layout = false;
 };
 
 // Launch configuration of the quantized kernel for Codec (a tile_codec).
@@ -91,7 +94,8 @@ struct quant_kernel_traits {
   static constexpr std::size_t record_bytes = Codec::record_bytes;
   static constexpr int warps_per_record = detail::warps_per_record<config>();
   // The record as laid out in a stage (tile_layout.cuh).
-  static constexpr bool swizzled = detail::quant_swizzled<config, packer, stages, Policy::max_rings>();
+  static constexpr bool swizzled =
+      detail::quant_swizzled<config, packer, stages, Policy::max_rings, Policy::conflict_free_layout>();
   using stage = detail::stage_layout<config, packer, warps_per_record, swizzled>;
   // records in flight per CTA / stages: as many rings as the stages, the query
   // rows and the fragments leave room for
@@ -114,7 +118,10 @@ struct quant_kernel_traits {
   // used when at least two rings fit (records of 24+ KB at D = 256 leave one:
   // 8-row units then).
   static constexpr int wide_stages = Policy::wide_stages;
-  using wide_stage = detail::stage_layout<config, packer, 1, detail::quant_swizzled<config, packer, wide_stages>()>;
+  static constexpr bool wide_swizzled =
+      detail::quant_swizzled<config, packer, wide_stages, Policy::max_rings / 2, Policy::conflict_free_layout,
+                             2 * detail::max_group>();
+  using wide_stage = detail::stage_layout<config, packer, 1, wide_swizzled>;
   static constexpr int wide_rings =
       detail::fit_rings<D, wide_stages, wide_stage::bytes, true,
                         detail::warps_for<record_bytes, wide_stages, Policy::max_rings / 2>(), 2 * detail::max_group>();
@@ -200,28 +207,30 @@ status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, boo
   if constexpr (tr::wide) {
     if (p.unit_rows > max_group) {
       static std::atomic<std::uint64_t> configured{0};
-      return go(quant_decode_kernel<cfg, pk, QT, tr::wide_rings, tr::wide_stages, false, 0, 2>, tr::wide_smem_bytes,
-                tr::wide_warps, configured);
+      return go(quant_decode_kernel<cfg, pk, QT, tr::wide_rings, tr::wide_stages, false, 0, 2, tr::wide_swizzled>,
+                tr::wide_smem_bytes, tr::wide_warps, configured);
     }
   }
   if constexpr (tr::pool > 0) {
     if (pool && packed) {
       static std::atomic<std::uint64_t> configured{0};  // per instantiation (one kernel), bit per device
-      return go(quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, true, tr::pool>, tr::pool_smem_bytes,
-                tr::pool_warps, configured);
+      return go(quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, true, tr::pool, 1, tr::swizzled>,
+                tr::pool_smem_bytes, tr::pool_warps, configured);
     }
     if (pool) {
       static std::atomic<std::uint64_t> configured{0};
-      return go(quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, false, tr::pool>, tr::pool_smem_bytes,
-                tr::pool_warps, configured);
+      return go(quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, false, tr::pool, 1, tr::swizzled>,
+                tr::pool_smem_bytes, tr::pool_warps, configured);
     }
   }
   if (packed) {
     static std::atomic<std::uint64_t> configured{0};
-    return go(quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, true>, tr::smem_bytes, tr::warps, configured);
+    return go(quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, true, 0, 1, tr::swizzled>, tr::smem_bytes,
+              tr::warps, configured);
   }
   static std::atomic<std::uint64_t> configured{0};
-  return go(quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, false>, tr::smem_bytes, tr::warps, configured);
+  return go(quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, false, 0, 1, tr::swizzled>, tr::smem_bytes,
+            tr::warps, configured);
 }
 }  // namespace detail
 

@@ -109,10 +109,6 @@ KVTILE_DEVICE float modify_score(float x, int tok, const tile_mod& m, int q) {
 // as two MMAs: one fp16 rounding of the query costs ~2^-12 relative per score,
 // which at realistic score ranges is ~1e-3 in the output (measured); hi + lo
 // brings it to ~2^-22. The tensor cores have the headroom (docs/attention.md).
-#ifndef KVTILE_ATTENTION_SPLIT_QUERY
-#define KVTILE_ATTENTION_SPLIT_QUERY 1
-#endif
-inline constexpr bool split_query = KVTILE_ATTENTION_SPLIT_QUERY != 0;
 
 // Raw codes (pair_extract, fragments.cuh): codes whose conversion only undoes
 // the magic number enter the MMA as fp16 subnormals, one LOP3 per register
@@ -127,30 +123,23 @@ inline constexpr bool split_query = KVTILE_ATTENTION_SPLIT_QUERY != 0;
 KVTILE_DEVICE void split_b(float x0, float x1, float x2, float x3, std::uint32_t (&b)[4]) {
   b[0] = pack_half2(x0, x1);
   b[1] = pack_half2(x2, x3);
-  if constexpr (split_query) {
-    float h0, h1, h2, h3;
-    half2_to_float2(b[0], h0, h1);
-    half2_to_float2(b[1], h2, h3);
-    b[2] = pack_half2(x0 - h0, x1 - h1);
-    b[3] = pack_half2(x2 - h2, x3 - h3);
-  }
+  float h0, h1, h2, h3;
+  half2_to_float2(b[0], h0, h1);
+  half2_to_float2(b[1], h2, h3);
+  b[2] = pack_half2(x0 - h0, x1 - h1);
+  b[3] = pack_half2(x2 - h2, x3 - h3);
 }
 
 // Packed layout: only the part of split_b's output that this lane's B column
 // holds, the hi part (lo = 0) or the lo part x - hi (lo = 1; FMA with 1 gives
 // the same exact difference): 2 conversions and no select instead of 4.
 KVTILE_DEVICE void split_b_part(float x0, float x1, float x2, float x3, float lo, std::uint32_t (&b)[2]) {
-  if constexpr (split_query) {
-    const std::uint32_t h01 = pack_half2(x0, x1), h23 = pack_half2(x2, x3);
-    float h0, h1, h2, h3;
-    half2_to_float2(h01, h0, h1);
-    half2_to_float2(h23, h2, h3);
-    b[0] = pack_half2(fmaf(-lo, h0, x0), fmaf(-lo, h1, x1));
-    b[1] = pack_half2(fmaf(-lo, h2, x2), fmaf(-lo, h3, x3));
-  } else {  // no lo part: its columns are zero
-    b[0] = lo != 0.0f ? 0u : pack_half2(x0, x1);
-    b[1] = lo != 0.0f ? 0u : pack_half2(x2, x3);
-  }
+  const std::uint32_t h01 = pack_half2(x0, x1), h23 = pack_half2(x2, x3);
+  float h0, h1, h2, h3;
+  half2_to_float2(h01, h0, h1);
+  half2_to_float2(h23, h2, h3);
+  b[0] = pack_half2(fmaf(-lo, h0, x0), fmaf(-lo, h1, x1));
+  b[1] = pack_half2(fmaf(-lo, h2, x2), fmaf(-lo, h3, x3));
 }
 
 // Index of the uint4 fragment of query row r, k-step kk, lane t%4 (channels

@@ -21,11 +21,11 @@ namespace attention::detail {
 // the ring runs every tile of the ring for query rows 8 nb .. 8 nb + 7, so a
 // record is fetched once for all of them (the ring's last warp to finish a
 // stage frees it: warp_loop's H = NB path).
-template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1>
+// Swz: the conflict-free stage layout (quant_swizzled).
+template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1, bool Swz = false>
 __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
   constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H * NB;
-  constexpr bool Swz = quant_swizzled<Config, Packer, Stages>();
   static_assert(Pool == 0 || (H == 1 && Stages == 1 && Pool > W), "a stage pool: one warp per record, > W stages");
   static_assert(NB == 1 || (H == 1 && Pool == 0 && !PK), "n-blocks: one warp per record and n-block, rings");
   using SL = stage_layout<Config, Packer, H, Swz>;  // the record in a stage (code pieces, padding)

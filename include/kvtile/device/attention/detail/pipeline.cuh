@@ -93,19 +93,20 @@ constexpr int warps_per_record() {
   return 1;
 }
 
-// Whether the quantized kernel of (Config, Packer) uses the conflict-free stage
-// layout (tile_layout.cuh): with KVTILE_ATTENTION_SWIZZLE, unless its padding
-// would cost a ring (a record in flight per stage pair) under the 227 KB of
-// shared memory; of the presets only k4v2_g128 D = 256 fp16_scales (4 rings,
-// 256 bytes to spare) keeps the previous layout.
-template <class Config, class Packer, int Stages, int MaxRings = 8>
+// Whether the quantized kernel of (Config, Packer) with `Rows` query rows uses
+// the conflict-free stage layout (tile_layout.cuh): when Allowed
+// (decode_policy::conflict_free_layout), unless its padding would cost a ring
+// (a record in flight per stage pair) under the 227 KB of shared memory; of
+// the presets only k4v2_g128 D = 256 fp16_scales (4 rings, 256 bytes to spare)
+// keeps the previous layout with 8 rows.
+template <class Config, class Packer, int Stages, int MaxRings, bool Allowed, int Rows = max_group>
 constexpr bool quant_swizzled() {
-  if constexpr (!conflict_free_layout) {
+  if constexpr (!Allowed) {
     return false;
   } else {
     constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages, MaxRings>();
     using SL = stage_layout<Config, Packer, warps_per_record<Config>(), true>;
-    return fit_rings<Config::head_dim, Stages, SL::bytes, true, r0>() == r0;
+    return fit_rings<Config::head_dim, Stages, SL::bytes, true, r0, Rows>() == r0;
   }
 }
 

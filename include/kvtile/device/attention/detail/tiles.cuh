@@ -144,7 +144,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
       const uint2 k0 = *reinterpret_cast<const uint2*>(K + T0 * D + c0);
       const uint2 k1 = *reinterpret_cast<const uint2*>(K + (T0 + 1) * D + c0);
       mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[0], b[1]);
-      if constexpr (split_query && !PK) mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[2], b[3]);
+      if constexpr (!PK) mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[2], b[3]);  // lo part
     }
   }
   std::uint32_t pb0[GM], pb1[GM];
@@ -384,7 +384,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
       for (int i = 0; i < GM; ++i) {
         mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
-        if constexpr (split_query && !PK)
+        if constexpr (!PK)  // lo part
           mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
       }
     }
