@@ -476,7 +476,9 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
   verify(n, "plan/run");
   // Other counts (every one <= max_q), same plan.
   std::vector<int> n2(n.size());
-  for (int s = 0; s < S; ++s) n2[s] = std::min(max_q, std::min(qc.lens[s], (n[s] + 1 + s) % (max_q + 1)));
+  int any = 0;
+  for (int s = 0; s < S; ++s) any += n2[s] = std::min(max_q, std::min(qc.lens[s], (n[s] + 1 + s) % (max_q + 1)));
+  if (any == 0) n2[S - 1] = std::min(max_q, qc.lens[S - 1]);  // at least one row to check
   set_counts(n2);
   ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
   st = plan.run<Codec>(qc.view(), a);
