@@ -162,9 +162,9 @@ struct queries {
   std::size_t ws_bytes = 0;
 };
 
-queries make_queries(const shape& s, std::size_t ws_bytes) {
+queries make_queries(const shape& s, std::size_t ws_bytes, int tokens_per_seq = 1) {
   queries q;
-  const std::size_t n = static_cast<std::size_t>(s.B) * s.Hq * s.D;
+  const std::size_t n = static_cast<std::size_t>(s.B) * tokens_per_seq * s.Hq * s.D;
   BCUDA(cudaMalloc(&q.q, n * 2));
   BCUDA(cudaMalloc(&q.out, n * 2));
   fill_random_half<<<256, 256>>>(static_cast<std::uint16_t*>(q.q), n, 99);
@@ -247,8 +247,18 @@ double fp16_baseline(const shape& s) {
 
 // kvtile over the quantized cache: plan/run (timed: run; the plan is host work
 // done before the step), and with one_call also the one-call paged_decode.
-template <class Codec, class QT = half_t>
-void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false) {
+// Units of 8 query rows (each record read once per 8 query heads), and the
+// 16-row kernel with two stages per ring: comparisons for groups of 16.
+struct rows8_policy : attention::decode_policy {
+  static constexpr int max_unit_rows = 8;
+};
+struct wide2_policy : attention::decode_policy {
+  static constexpr int wide_stages = 2;
+};
+
+// mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr).
+template <class Codec, class QT = half_t, class P = attention::decode_policy>
+void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false, int mq = 0) {
   constexpr int D = Codec::D, G = Codec::G;
   constexpr std::size_t RB = Codec::record_bytes;
   std::mt19937_64 rng(7);
@@ -313,8 +323,18 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
   cv.num_pages = static_cast<int>(s.B * pps);
   cv.record_bytes = static_cast<std::int64_t>(RB);
   const std::size_t nq = static_cast<std::size_t>(s.B) * s.Hq * D;
-  queries q = make_queries(s, attention::workspace_bytes<Codec>(cv, s.Hq));
+  const int span = mq > 0 ? mq : 1;
+  queries q = make_queries(s, attention::workspace_bytes<Codec>(cv, s.Hq, 0, span), span);
+  std::int32_t* dind = nullptr;
   attention::decode_args<QT> a;
+  if (mq > 0) {
+    std::vector<std::int32_t> off(s.B + 1);
+    for (int b = 0; b <= s.B; ++b) off[b] = b * mq;
+    BCUDA(cudaMalloc(&dind, off.size() * 4));
+    BCUDA(cudaMemcpy(dind, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
+    a.qo_indptr = dind;
+    a.max_q_tokens = mq;
+  }
   a.q = static_cast<const QT*>(q.q);
   a.out = static_cast<QT*>(q.out);
   a.q_heads = s.Hq;
@@ -329,23 +349,24 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
                                            (sink && full > 0 ? G * D * 4.0 : 0.0));
   }
   attention::decode_plan plan;
-  status st = plan.plan<Codec>(cv, lens.data(), a);
-  if (st == status::success) st = plan.run<Codec>(cv, a);
+  status st = plan.plan<Codec, P>(cv, lens.data(), a);
+  if (st == status::success) st = plan.run<Codec, P>(cv, a);
   if (st != status::success) {
     std::fprintf(stderr, "%s: %s\n", name, to_string(st));
     std::exit(1);
   }
   BCUDA(cudaDeviceSynchronize());
-  const double us = time_median([&] { (void)plan.run<Codec>(cv, a); });
+  const double us = time_median([&] { (void)plan.run<Codec, P>(cv, a); });
   g_results.push_back({name, s, us, bytes, bytes / us / 1e3, bytes / us / 1e3 / g_ceiling, fp16_us / us, plan.chunks()});
   print_result(g_results.back());
   if (one_call) {
-    const double us1 = time_median([&] { (void)attention::paged_decode<Codec>(cv, a); });
+    const double us1 = time_median([&] { (void)attention::paged_decode<Codec, P>(cv, a); });
     g_results.push_back({std::string(name) + "_onecall", s, us1, bytes, bytes / us1 / 1e3, bytes / us1 / 1e3 / g_ceiling,
-                         fp16_us / us1, attention::plan_splits<Codec>(cv, s.Hq)});
+                         fp16_us / us1, attention::plan_splits<Codec, P>(cv, s.Hq, 0, span)});
     print_result(g_results.back());
   }
   free_queries(q);
+  if (dind) cudaFree(dind);
   cudaFree(pages);
   cudaFree(dpool);
   cudaFree(dpt);
@@ -409,10 +430,12 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, g_ceiling, g_iters);
   const char* hdr = "%-18s %4s %4s %4s %4s %7s %-10s %6s %10s %9s %8s %7s %8s\n";
   std::printf(hdr, "kernel", "B", "Hq", "Hkv", "D", "tokens", "lengths", "chunks", "us", "GB/s", "ceil%", "MB", "vs fp16");
-  // (B, Hq, Hkv, D, tokens): the issue's shapes (batch 1-4 at 16K-256K, GQA 1/4/8/16, D 64/128/256, batch 64-128).
+  // (B, Hq, Hkv, D, tokens): the issue's shapes (batch 1-4 at 16K-256K, GQA 1/4/8/16, D 64/128/256, batch 64-128);
+  // the GQA 16 shapes also with 8-row units and two stages per 16-row ring.
   std::vector<shape> shapes = {
       {1, 32, 8, 128, 16384},   {1, 32, 8, 128, 65536},  {1, 32, 8, 128, 262144}, {2, 32, 8, 128, 32768},
       {4, 32, 8, 128, 16384},   {2, 8, 1, 128, 32768},   {16, 32, 8, 128, 65536}, {8, 128, 8, 128, 32768},
+      {2, 16, 1, 128, 65536},
       {8, 8, 8, 128, 32768},    {64, 32, 8, 128, 8192},  {128, 32, 8, 128, 4096},
       {16, 16, 8, 256, 32768},  {8, 32, 8, 64, 32768},
   };
@@ -435,6 +458,10 @@ int main(int argc, char** argv) {
     } else {
       f = fp16_baseline<128>(s);
       quant_run<k4v2_g128<128>>("k4v2_g128", s, f, true);
+      if (s.Hq == 16 * s.Hkv) {
+        quant_run<k4v2_g128<128>, half_t, rows8_policy>("k4v2_g128_rows8", s, f, false);
+        quant_run<k4v2_g128<128>, half_t, wide2_policy>("k4v2_g128_wide2", s, f, false);
+      }
       if (quick) continue;
       if (s.B == 16 && s.L == 65536) {
         quant_run<k4v4_g128<128>>("k4v4_g128", s, f, false);
@@ -442,6 +469,8 @@ int main(int argc, char** argv) {
         quant_run<k4v2_g128<128, fp16_scales>>("k4v2_g128_fp16s", s, f, false);
         quant_run<k4v2_g128<128>, bfloat16_t>("k4v2_g128_bf16q", s, f, false);
         quant_run<k4v2_g128<128>>("k4v2_g128_sink", s, f, false, true);
+        quant_run<k4v2_g128<128>>("k4v2_g128_mq4", s, f, false, false, 4);  // 4 / 8 new tokens per sequence
+        quant_run<k4v2_g128<128>>("k4v2_g128_mq8", s, f, false, false, 8);
       }
     }
   }

@@ -24,7 +24,7 @@ double attend_mod(const double* q, const std::vector<double>& K, const std::vect
                   double scale, const mods& m, double* out) {
   for (int d = 0; d < D; ++d) out[d] = 0.0;
   const int lo = (m.window_left >= 0 && L - 1 - m.window_left > 0) ? L - 1 - m.window_left : 0;
-  if (L == 0) return -INFINITY;
+  if (L <= 0) return -INFINITY;
   std::vector<double> sc(L, -INFINITY);
   double mx = -INFINITY;
   for (int t = lo; t < L; ++t) {
@@ -115,7 +115,7 @@ double check_step(quant_cache<Codec>& qc, step<Codec>& st, const mods& m, const 
   return worst;
 }
 
-template <class Codec>
+template <class Codec, class Policy = attention::decode_policy>
 void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const mods& m, std::uint64_t seed,
                const char* name, bool also_one_call = true, int max_ctas = 0, int expect_pool = -1) {
   case_cfg c;
@@ -132,11 +132,11 @@ void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const 
   attention::decode_plan plan;
   plan.limit_ctas(max_ctas);
   st.poison();
-  status s = plan.plan<Codec>(qc.view(), qc.lens.data(), st.a);
+  status s = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), st.a);
   if (expect_pool >= 0)
     check(plan.stage_pool() == (expect_pool == 1), std::string(name) + ": the planned kernel variant");
   check(s == status::success, std::string(name) + ": plan returns success (" + to_string(s) + ")");
-  s = plan.run<Codec>(qc.view(), st.a);
+  s = plan.run<Codec, Policy>(qc.view(), st.a);
   check(s == status::success, std::string(name) + ": run returns success (" + to_string(s) + ")");
   char buf[300];
   std::snprintf(buf, sizeof buf, "%s D=%d G=%d group=%d sink=%d window=%d cap=%g plan(%d CTAs, %d chunks, pool %d)",
@@ -145,7 +145,7 @@ void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const 
   check_step<Codec>(qc, st, m, buf);
   if (also_one_call) {
     st.poison();
-    s = attention::paged_decode<Codec>(qc.view(), st.a);
+    s = attention::paged_decode<Codec, Policy>(qc.view(), st.a);
     check(s == status::success, std::string(name) + ": paged_decode returns success");
     check_step<Codec>(qc, st, m, std::string(buf) + " one-call");
   }
@@ -326,14 +326,246 @@ void api_case() {
   a2.logit_softcap = INFINITY;
   check(attention::paged_decode<C>(qc.view(), a2) == status::invalid_argument, "infinite soft-cap rejected");
   check(attention::can_implement<C>(qc.view(), st.a) == status::success, "can_implement on this device (sm_90)");
-  check(std::string(to_string(status::unsupported_arch)) == "unsupported GPU architecture", "unsupported_arch text");
+  check(std::string(to_string(status::unsupported_arch)) != to_string(status::cuda_error) &&
+            std::string(to_string(status::unsupported_arch)).find("GPU") != std::string::npos,
+        "unsupported_arch has its own text");
   ATTN_CUDA(cudaDeviceSynchronize());
+}
+
+// Units of 8 query rows (each record read once per 8 rows): the kernels of
+// the default policy before the 16-row units, for comparisons.
+struct rows8_policy : attention::decode_policy {
+  static constexpr int max_unit_rows = 8;
+};
+
+// Groups of more than 8 query heads: 16 query rows per unit (two n-blocks of a
+// ring's two warps) give the results of 8-row units up to fp32 merge rounding.
+template <class Codec>
+void unit_rows_case(int group, std::vector<int> lens, const mods& m, std::uint64_t seed) {
+  case_cfg c;
+  c.num_seqs = static_cast<int>(lens.size());
+  c.kv_heads = 2;
+  c.group = group;
+  c.sink = true;
+  c.lens = lens;
+  std::mt19937_64 rng(seed);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  step<Codec> a(qc, 2 * group, rng, m), b(qc, 2 * group, rng, m);
+  ATTN_CUDA(cudaMemcpy(b.q.p, a.q.p, a.q.n * sizeof(half_t), cudaMemcpyDeviceToDevice));
+  attention::decode_plan p16, p8;
+  check(p16.plan<Codec>(qc.view(), qc.lens.data(), a.a) == status::success, "16-row plan");
+  check(p16.run<Codec>(qc.view(), a.a) == status::success, "16-row run");
+  check(p8.plan<Codec, rows8_policy>(qc.view(), qc.lens.data(), b.a) == status::success, "8-row plan");
+  check(p8.run<Codec, rows8_policy>(qc.view(), b.a) == status::success, "8-row run");
+  check(p16.run<Codec, rows8_policy>(qc.view(), a.a) == status::invalid_argument, "run with another policy rejected");
+  ATTN_CUDA(cudaDeviceSynchronize());
+  const auto x = a.out.download(), y = b.out.download();
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double u = x[i].to_float(), v = y[i].to_float();
+    worst = std::max(worst, std::fabs(u - v) / std::max(1.0, std::fabs(v)));
+  }
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "group %d: 16-row units (%d chunks) vs 8-row units (%d chunks): max difference %.2e (<= 2e-3)",
+                group, p16.chunks(), p8.chunks(), worst);
+  std::printf("  %s\n", buf);
+  check(worst <= 2e-3 && p16.chunks() > 0, buf);
+}
+
+// Multi-query decode: sequence s has n[s] new tokens (its last n[s]
+// positions; 0 <= n[s] <= max_q), query rows qo_indptr[s] + i; each row
+// against fp64 over its own causal prefix (length len - (n - 1 - i)) with the
+// window and soft-cap counted from its position. Plan/run; new token counts on
+// the device with the same plan (n_s may change between replays); then the
+// one-call path (last: it reuses the workspace, which holds the plan's work list).
+template <class Codec, class QT = half_t>
+void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads, int group, bool sink, const mods& m,
+             std::uint64_t seed, const char* name, int max_ctas = 0) {
+  constexpr int D = Codec::D;
+  case_cfg c;
+  c.num_seqs = static_cast<int>(lens.size());
+  c.kv_heads = kv_heads;
+  c.group = group;
+  c.sink = sink;
+  c.lens = lens;
+  std::mt19937_64 rng(seed);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  const int S = c.num_seqs, Hq = kv_heads * group, rows_cap = S * max_q;
+  auto hq = random_queries<QT>(rows_cap * Hq * D, rng);  // room for every count below
+  dbuf<QT> q, out(hq.size());
+  q.upload(hq);
+  dbuf<float> lse(static_cast<std::size_t>(rows_cap) * Hq);
+  dbuf<std::int32_t> indptr(static_cast<std::size_t>(S) + 1);
+  attention::decode_args<QT> a;
+  a.q = q.p;
+  a.out = out.p;
+  a.lse = lse.p;
+  a.q_heads = Hq;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.window_left = m.window_left;
+  a.logit_softcap = m.softcap;
+  a.qo_indptr = indptr.p;
+  a.max_q_tokens = max_q;
+  a.workspace_bytes = attention::workspace_bytes<Codec>(qc.view(), Hq, 0, max_q);
+  dbuf<std::uint8_t> ws(a.workspace_bytes);
+  a.workspace = ws.p;
+  check(attention::workspace_bytes<Codec>(qc.view(), Hq, 0, max_q) >= attention::workspace_bytes<Codec>(qc.view(), Hq),
+        "multi-query workspace bound");
+  attention::decode_plan plan;
+  plan.limit_ctas(max_ctas);
+  std::vector<std::int32_t> off(S + 1, 0);
+  auto set_counts = [&](const std::vector<int>& cnt) {
+    for (int s = 0; s < S; ++s) off[s + 1] = off[s] + cnt[s];
+    ATTN_CUDA(cudaMemcpy(indptr.p, off.data(), off.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  };
+  auto verify = [&](const std::vector<int>& cnt, const std::string& what) {
+    ATTN_CUDA(cudaDeviceSynchronize());
+    const auto ho = out.download();
+    const auto hl = lse.download();
+    double worst = 0, worst_lse = 0;
+    bool finite = true;
+    std::vector<double> K, V, qr(D), o(D), got(D);
+    for (int s = 0; s < S; ++s)
+      for (int h = 0; h < kv_heads; ++h) {
+        dequantized_kv<Codec>(qc, s, h, K, V);
+        for (int i = 0; i < cnt[s]; ++i) {
+          const int Li = qc.lens[s] - (cnt[s] - 1 - i);
+          for (int g = 0; g < group; ++g) {
+            const std::size_t row = static_cast<std::size_t>(off[s] + i) * Hq + h * group + g;
+            for (int d = 0; d < D; ++d) qr[d] = hq[row * D + d].to_float();
+            fwht_d(qr.data(), D);
+            const double lref = attend_mod(qr.data(), K, V, Li, D, a.softmax_scale, m, o.data());
+            fwht_d(o.data(), D);
+            for (int d = 0; d < D; ++d) {
+              got[d] = ho[row * D + d].to_float();
+              finite = finite && std::isfinite(got[d]);
+            }
+            worst = std::max(worst, rel_err(got.data(), o.data(), D));
+            if (Li > 0) {
+              worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(hl[row]) - lref));
+            } else {
+              finite = finite && std::isinf(hl[row]) && hl[row] < 0;
+            }
+          }
+        }
+      }
+    // Rows past the last sequence's tokens are never written (still poisoned).
+    bool untouched = true;
+    for (std::size_t e = static_cast<std::size_t>(off[S]) * Hq * D; e < ho.size(); ++e)
+      untouched = untouched && !(ho[e].to_float() == ho[e].to_float());
+    const bool bf16_out = std::is_same_v<QT, bfloat16_t>;
+    const double tol = bf16_out ? 1e-3 + 1.0 / 512 : 1e-3;
+    if (!bf16_out) g_max_rel = std::max(g_max_rel, worst);
+    char buf[400];
+    std::snprintf(buf, sizeof buf, "%s %s D=%d group=%d max_q=%d sink=%d window=%d cap=%g (%d chunks): rel err vs fp64 %.2e (tol %.2g), lse err %.1e",
+                  name, what.c_str(), D, group, max_q, sink ? 1 : 0, m.window_left, m.softcap, plan.chunks(), worst, tol,
+                  worst_lse);
+    std::printf("  %s\n", buf);
+    check(finite && untouched && worst <= tol && worst_lse <= 1e-3, buf);
+  };
+  set_counts(n);
+  ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
+  status st = plan.plan<Codec>(qc.view(), qc.lens.data(), a);
+  check(st == status::success, std::string(name) + ": multi-query plan (" + to_string(st) + ")");
+  st = plan.run<Codec>(qc.view(), a);
+  check(st == status::success, std::string(name) + ": multi-query run (" + to_string(st) + ")");
+  verify(n, "plan/run");
+  // Other counts (every one <= max_q), same plan.
+  std::vector<int> n2(n.size());
+  int any = 0;
+  for (int s = 0; s < S; ++s) any += n2[s] = std::min(max_q, std::min(qc.lens[s], (n[s] + 1 + s) % (max_q + 1)));
+  if (any == 0) n2[S - 1] = std::min(max_q, qc.lens[S - 1]);  // at least one row to check
+  set_counts(n2);
+  ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
+  st = plan.run<Codec>(qc.view(), a);
+  check(st == status::success, std::string(name) + ": multi-query run, new counts");
+  verify(n2, "new counts, same plan");
+  set_counts(n);
+  ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
+  st = attention::paged_decode<Codec>(qc.view(), a);
+  check(st == status::success, std::string(name) + ": multi-query paged_decode (" + to_string(st) + ")");
+  verify(n, "one-call");
+}
+
+void mq_api_case() {
+  using C = kvtile::presets::k4v2_g128<128>;
+  case_cfg c;
+  c.num_seqs = 1;
+  c.kv_heads = 2;
+  c.group = 2;
+  c.lens = {300};
+  std::mt19937_64 rng(19);
+  quant_cache<C> qc;
+  original_kv orig;
+  build_cache<C>(c, rng, qc, orig);
+  step<C> st(qc, 4, rng, mods{});
+  dbuf<std::int32_t> indptr(2);
+  auto a = st.a;
+  a.max_q_tokens = 2;  // without qo_indptr
+  check(attention::paged_decode<C>(qc.view(), a) == status::invalid_argument, "max_q_tokens > 1 without qo_indptr rejected");
+  a.qo_indptr = indptr.p;
+  a.max_q_tokens = 9;
+  check(attention::paged_decode<C>(qc.view(), a) == status::invalid_argument, "max_q_tokens 9 rejected");
+  a.max_q_tokens = 0;
+  check(attention::paged_decode<C>(qc.view(), a) == status::invalid_argument, "max_q_tokens 0 rejected");
+  a.max_q_tokens = 8;  // 16-row units of 8 tokens x 2 heads: more than the one-token workspace
+  check(attention::can_implement<C>(qc.view(), a) == status::insufficient_space,
+        "multi-query workspace checked against max_q_tokens");
+  attention::decode_plan plan;
+  a.max_q_tokens = 1;
+  check(plan.plan<C>(qc.view(), qc.lens.data(), a) == status::success, "plan with qo_indptr");
+  check(plan.run<C>(qc.view(), st.a) == status::invalid_argument, "run without the planned qo_indptr rejected");
+  fp16_paged_cache_view fv;  // a valid baseline view (nothing is read)
+  fv.k = reinterpret_cast<half_t*>(st.ws.p);
+  fv.v = fv.k;
+  fv.page_table = qc.d_ptab.p;
+  fv.seq_lens = qc.d_lens.p;
+  fv.num_seqs = 1;
+  fv.kv_heads = 2;
+  fv.head_dim = 128;
+  fv.page_tokens = attention::fp16_kernel_traits<128>::page_tokens;
+  fv.max_pages_per_seq = 1;
+  fv.num_pages = 1;
+  a = st.a;
+  check(attention::can_implement_fp16<128>(fv, a) == status::success, "fp16 baseline view accepted");
+  a.qo_indptr = indptr.p;
+  check(attention::can_implement_fp16<128>(fv, a) == status::invalid_argument, "fp16 baseline: multi-query rejected");
 }
 
 // Every plan/run test; `small`: the reduced set (for compute-sanitizer).
 inline void run_plan_tests(bool small) {
   using namespace kvtile::presets;
   using C = k4v2_g128<128>;
+  std::printf("16 query rows per unit (groups of 9-32):\n");
+  plan_case<C>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16");
+  if (!small) {
+    plan_case<C>({77, 3 * 128, 1, 9 * 128 + 100}, 2, 12, false, mods{}, 42, "k4v2_g128 group 12 (half a second n-block)");
+    plan_case<C>({700, 129, 20 * 128 + 3}, 1, 32, true, mods{}, 43, "k4v2_g128 group 32 (two 16-row units)");
+    plan_case<C>({150 * 128 + 7, 140 * 128, 0}, 1, 16, true, mods{}, 44, "k4v2_g128 group 16, long, 3 CTAs", true, 3, 0);
+    plan_case<C>({2000, 1, 256, 700}, 1, 16, true, mods{300, 2.0f}, 45, "k4v2_g128 group 16 window 300 + soft-cap 2");
+    plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900}, 1, 16, true, mods{}, 46,
+                                                  "k2v2_g128 fp16_scales D=64 group 16");
+    plan_case<C, rows8_policy>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16, 8-row units");
+    unit_rows_case<C>(16, {3000, 1, 130 * 128 + 5}, mods{}, 47);
+    unit_rows_case<C>(10, {900, 2 * 128}, mods{200, 4.0f}, 48);
+  }
+  std::printf("multi-query:\n");
+  mq_case<C>({1000, 3 * 128 + 2, 5, 129 * 128, 77}, {1, 8, 4, 3, 0}, 8, 2, 4, true, mods{}, 51, "k4v2_g128 ragged");
+  mq_case<C>({700, 2 * 128 + 1}, {2, 1}, 2, 2, 2, false, mods{}, 52, "k4v2_g128 packed rows");
+  if (!small) {
+    mq_case<k2v2_g128<64, kvtile::fp16_scales>>({900, 130, 3 * 128 + 5}, {2, 8, 1}, 8, 2, 1, true, mods{100, 3.0f}, 53,
+                                                "k2v2_g128 fp16_scales D=64 GQA 1 window 100 + soft-cap 3");
+    mq_case<k4v2_g128<256>, bfloat16_t>({600, 2 * 128 + 1, 129}, {2, 2, 1}, 2, 1, 16, false, mods{}, 54,
+                                        "k4v2_g128 D=256 GQA 16 bf16");
+    mq_case<C>({150 * 128 + 3, 140 * 128 + 7}, {4, 2}, 4, 2, 2, true, mods{}, 55, "k4v2_g128 long, 3 CTAs", 3);
+    mq_case<C>({2000, 64, 3 * 128}, {8, 8, 5}, 8, 1, 8, true, mods{0, 0.0f}, 56, "k4v2_g128 GQA 8 window 0");
+    mq_case<C>({300, 1, 129}, {1, 1, 0}, 1, 2, 8, false, mods{}, 57, "k4v2_g128 qo_indptr, one token");
+    mq_api_case();
+  }
   std::printf("plan/run, ragged lengths:\n");
   plan_case<C>({0, 1, 127, 128, 129, 3 * 128 + 77, small ? 9 * 128 : 300 * 128 + 5}, 2, 4, true, mods{}, 1,
                "k4v2_g128 ragged");

@@ -84,6 +84,13 @@ TEST_CASE("attention schedule: tile_range clamps and windows") {
   CHECK(t.lo == 999);
   t = tile_range(100, 128, 1 << 20, 5000);  // window longer than the sequence
   CHECK(t.lo == 0);
+  t = tile_range(1000, 128, 1 << 20, 200, 4);  // 4 queries at 996..999: the first sees [796, 997)
+  CHECK(t.lo == 796);
+  CHECK(t.jlo == 6);
+  CHECK(t.n_tiles == 8);
+  t = tile_range(900, 128, 1 << 20, 0, 8);  // window 0, 8 queries at 892..899
+  CHECK(t.lo == 892);
+  CHECK(t.jlo == 6);
 }
 
 TEST_CASE("attention schedule: ragged lengths covered exactly once") {

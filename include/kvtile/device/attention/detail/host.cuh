@@ -49,9 +49,17 @@ status check_common(const decode_args<QT>& a, int num_seqs, int kv_heads) {
   if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale)) return status::invalid_argument;
   if (!(a.logit_softcap >= 0.0f) || !std::isfinite(a.logit_softcap)) return status::invalid_argument;
   if (a.num_splits < 0 || a.num_splits > 4096) return status::invalid_argument;
-  if (num_seqs > 65535 || kv_heads * ((a.q_heads / kv_heads + max_group - 1) / max_group) > 65535)
+  if (a.max_q_tokens < 1 || a.max_q_tokens > max_q_tokens || (!a.qo_indptr && a.max_q_tokens != 1))
+    return status::invalid_argument;
+  if (num_seqs > 65535 || kv_heads * ((a.max_q_tokens * (a.q_heads / kv_heads) + max_group - 1) / max_group) > 65535)
     return status::invalid_argument;
   return status::success;
+}
+
+// Query tokens per sequence of a launch (the bound max_q_tokens; 1 without qo_indptr).
+template <class QT>
+int q_span_of(const decode_args<QT>& a) {
+  return a.qo_indptr ? a.max_q_tokens : 1;
 }
 
 // Workspace: the partials of every slot, then the plan's work list, CTA ranges
@@ -60,10 +68,13 @@ struct ws_layout {
   std::size_t o = 0, ml = 0, work = 0, cta = 0, spans = 0, bytes = 0;
   std::int64_t chunks = 0;
 };
-inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d) {
+// unit_rows: query rows of a unit (8 or 16, unit_rows_for); q_span: query
+// tokens per sequence.
+inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d,
+                            int unit_rows = max_group, int q_span = 1) {
   auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
-  const int group = q_heads / kv_heads, qgroups = (group + max_group - 1) / max_group;
-  const int slot_rows = group < max_group ? group : max_group;
+  const int rows_total = q_span * (q_heads / kv_heads), qgroups = (rows_total + unit_rows - 1) / unit_rows;
+  const int slot_rows = rows_total < unit_rows ? rows_total : unit_rows;
   const std::int64_t units = static_cast<std::int64_t>(num_seqs) * kv_heads * qgroups;
   ws_layout L;
   L.chunks = max_chunks(units, ctas, num_splits);  // also the one-call path's bound: units x splits <= max(units, ctas)
@@ -76,16 +87,35 @@ inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_spl
   return L;
 }
 
+// The larger workspace of the two unit sizes (8 and 16 query rows): a bound
+// for every policy.
+inline std::size_t workspace_bound(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d,
+                                   int q_span = 1) {
+  const std::size_t a = layout_for(num_seqs, kv_heads, q_heads, num_splits, ctas, d, max_group, q_span).bytes;
+  const std::size_t b = layout_for(num_seqs, kv_heads, q_heads, num_splits, ctas, d, 2 * max_group, q_span).bytes;
+  return a > b ? a : b;
+}
+
+// Query rows of a unit for `rows` query rows per KV head (q_span x group): 16
+// (two n-blocks) when there are more than 8 and the policy allows it, else 8.
+inline int unit_rows_for(int rows, int max_unit_rows) {
+  return rows > max_group && max_unit_rows >= 2 * max_group ? 2 * max_group : max_group;
+}
+
 template <class QT>
 kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, int max_len, const ws_layout& L,
-                          bool planned) {
+                          bool planned, int unit_rows = max_group) {
   kernel_params p{};
   p.q = a.q;
   p.q_heads = a.q_heads;
   p.group = a.q_heads / kv_heads;
-  p.qgroups = (p.group + max_group - 1) / max_group;
+  p.qo_indptr = a.qo_indptr;
+  p.q_span = q_span_of(a);
+  p.rows_total = p.q_span * p.group;
+  p.unit_rows = unit_rows;
+  p.qgroups = (p.rows_total + unit_rows - 1) / unit_rows;
   p.units = kv_heads * p.qgroups;
-  p.slot_rows = p.group < max_group ? p.group : max_group;
+  p.slot_rows = p.rows_total < unit_rows ? p.rows_total : unit_rows;
   p.scale_log2 = a.softmax_scale * log2e;
   p.num_splits = splits;
   p.window_left = a.window_left < 0 ? -1 : a.window_left;
@@ -111,7 +141,7 @@ status launch(KernelT kernel, std::size_t smem, int threads, dim3 grid, const Vi
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   if (cudaLaunchKernelEx(&cfg, kernel, view, p) != cudaSuccess) return status::cuda_error;
-  const std::int64_t out_rows = static_cast<std::int64_t>(view.num_seqs) * a.q_heads;
+  const std::int64_t out_rows = static_cast<std::int64_t>(view.num_seqs) * p.q_span * a.q_heads;  // tokens past n_s: no-ops
   cudaLaunchConfig_t mc = {};
   mc.gridDim = dim3(static_cast<unsigned>((out_rows + combine_rows - 1) / combine_rows));
   mc.blockDim = dim3(32 * combine_rows);

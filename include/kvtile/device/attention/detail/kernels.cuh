@@ -17,15 +17,20 @@
 KVTILE_NAMESPACE_BEGIN
 namespace attention::detail {
 
-template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0>
-__global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
+// NB n-blocks (query rows 8 NB per unit): each ring has NB warps, warp nb of
+// the ring runs every tile of the ring for query rows 8 nb .. 8 nb + 7, so a
+// record is fetched once for all of them (the ring's last warp to finish a
+// stage frees it: warp_loop's H = NB path).
+// Swz: the conflict-free stage layout (quant_swizzled).
+template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1, bool Swz = false>
+__global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
-  constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H;
-  constexpr bool Swz = quant_swizzled<Config, Packer, Stages>();
+  constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H * NB;
   static_assert(Pool == 0 || (H == 1 && Stages == 1 && Pool > W), "a stage pool: one warp per record, > W stages");
+  static_assert(NB == 1 || (H == 1 && Pool == 0 && !PK), "n-blocks: one warp per record and n-block, rings");
   using SL = stage_layout<Config, Packer, H, Swz>;  // the record in a stage (code pieces, padding)
   // Pool: R x Stages = Pool stages; the 2 Pool barrier slots are Pool full barriers and the tickets.
-  using plan = smem_plan<D, W, Stages, SL::bytes, (Pool > 0 ? Pool : R), true>;
+  using plan = smem_plan<D, W, Stages, SL::bytes, (Pool > 0 ? Pool : R), true, NB * max_group>;
   extern __shared__ __align__(128) std::uint8_t smem[];
   float* qn = reinterpret_cast<float*>(smem + plan::qn);
   float* nf = reinterpret_cast<float*>(smem + plan::nf);
@@ -41,7 +46,7 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
     const chunk_ref c = chunk_at(p, ci, cache.seq_lens, G);
     const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
     init_barriers<nbars, Pool>(bars, tickets, ci > first);
-    const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left);
+    const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left, p.q_span);
     const int n_full = ts.len / G, tail = ts.len % G;
     const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
     const bool sink = cache.has_sink();
@@ -65,44 +70,57 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * 32, 1)
     if constexpr (Pool > 0) {
       pool_prologue<W, Pool>(j0, j1, stages, plan::stage_bytes, bars, tickets, stage_src);
     } else {
-      ring_prologue<R, H, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
+      ring_prologue<R, H * NB, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
     }
-    load_queries<QT, D, W, true, true, Swz>(p, seq, kvh, qg, qn, nf, qf);
+    load_queries<QT, D, W, true, true, Swz, NB * max_group>(p, seq, kvh, qg, qn, nf, qf);
     __syncthreads();
 
     const int sub = (threadIdx.x >> 5) % H;
+    const int nb = (threadIdx.x >> 5) % NB;  // this warp's n-block (H = 1 when NB > 1)
     const int t = (threadIdx.x & 31) & 3;
-    const float nfq[2] = {nf[PK ? t : 2 * t], nf[PK ? t : 2 * t + 1]};
+    const float* qnb = qn + nb * max_group * (D + 16);
+    const uint4* qfb = qf + qf_block<D>(nb);
+    const float nfq[2] = {nf[nb * max_group + (PK ? t : 2 * t)], nf[nb * max_group + (PK ? t : 2 * t + 1)]};
+    // Visible tokens of this thread's query columns (packed: query t in both).
+    row_bounds rb[2];
+    {
+      std::int64_t qfirst;
+      int qcount;
+      query_tokens(p, seq, qfirst, qcount);
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        rb[q] = bounds_of_row(p, qg * NB * max_group + nb * max_group + (PK ? t : 2 * t + q), ts.len, qcount);
+    }
     warp_state<D, PK ? 1 : 2> st;
     st.reset();
 
     auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
-      const int lo = ts.lo - j * G;  // > 0 only in the window's boundary tile
+      const tile_mod md = make_tile_mod(rb, j * G, G, p.cap);  // on only at window / causal boundaries or a cap
       if (is_quant(j)) {
         mbar_wait(bar, par);
-        if (page_ok(j)) quant_tile<Config, Packer, H, Swz, PK>(buf, qn, qf, nfq, st, sub, lo, p.cap);
+        if (page_ok(j)) quant_tile<Config, Packer, H, Swz, PK>(buf, qnb, qfb, nfq, st, sub, md);
         return true;
       }
       const std::int64_t off = cache.tile_offset(seq, kvh);
       if (j < n_full) {  // the sink
         fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
-                                    reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, lo, p.cap, qf, nfq,
+                                    reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, md, qfb, nfq,
                                     st, sub);
       } else {
         fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
-                                    reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, lo, p.cap, qf,
-                                    nfq, st, sub);
+                                    reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, md, qfb, nfq,
+                                    st, sub);
       }
       return false;
     };
     if constexpr (Pool > 0) {
       pool_loop<W, Pool>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
     } else {
-      warp_loop<R, H, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+      warp_loop<R, H * NB, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     }
     if (ci + 1 == first + count)
       asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
-    write_partial<D, W, Swz, PK ? 1 : 2>(st, stages, p, qg, c.slot);
+    write_partial<D, W, Swz, PK ? 1 : 2, NB>(st, stages, p, qg, c.slot);
     fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
     __syncthreads();
   }
@@ -129,7 +147,7 @@ __global__ void __launch_bounds__(W * 32, 1)
     load_queries<QT, D, W, false, false, false>(p, seq, kvh, qg, qn, nf, qf);
     __syncthreads();
 
-    const tile_span ts = tile_range(cache.seq_lens[seq], PT, p.max_len, p.window_left);
+    const tile_span ts = tile_range(cache.seq_lens[seq], PT, p.max_len, p.window_left, p.q_span);
     const int len = ts.len;
     const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
     const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
@@ -140,6 +158,14 @@ __global__ void __launch_bounds__(W * 32, 1)
 
     const int t = (threadIdx.x & 31) & 3;
     const float nfq[2] = {nf[2 * t], nf[2 * t + 1]};
+    row_bounds rb[2];
+    {
+      std::int64_t qfirst;
+      int qcount;
+      query_tokens(p, seq, qfirst, qcount);
+#pragma unroll
+      for (int q = 0; q < 2; ++q) rb[q] = bounds_of_row(p, qg * max_group + 2 * t + q, len, qcount);
+    }
     warp_state<D> st;
     st.reset();
 
@@ -158,8 +184,8 @@ __global__ void __launch_bounds__(W * 32, 1)
       if (page_ok(j)) {
         const int nv = min(PT, len - j * PT);
         fp16_tile<D, PT>(reinterpret_cast<const std::uint16_t*>(buf),
-                         reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, ts.lo - j * PT, p.cap, qf, nfq,
-                         st);
+                         reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, make_tile_mod(rb, j * PT, PT, p.cap),
+                         qf, nfq, st);
       }
       return true;
     };

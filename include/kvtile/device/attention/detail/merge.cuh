@@ -21,8 +21,9 @@ namespace attention::detail {
 // ---------------------------------------------------------------- epilogue
 // Merges the warps of a CTA and writes the split's partial (m, l, O) in the
 // rotated frame (unnormalized, relative to m) to the workspace. Swz: the
-// accumulators are in out_order<D, true> (tile_layout.cuh).
-template <int D, int W, bool Swz = false, int NQ = 2>
+// accumulators are in out_order<D, true> (tile_layout.cuh). NB n-blocks: warp w
+// holds query rows 8 (w % NB) .. + 7.
+template <int D, int W, bool Swz = false, int NQ = 2, int NB = 1>
 KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, const kernel_params& p, int qg,
                                  int slot) {
   constexpr int os = D + 4;
@@ -49,21 +50,22 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
     }
   }
   __syncthreads();
-  const int nq = min(max_group, p.group - qg * max_group);
+  constexpr int rows = NB * max_group;
+  const int nq = min(rows, p.rows_total - qg * rows);
   for (int idx = threadIdx.x; idx < nq * D; idx += W * 32) {
-    const int q = idx / D, d = idx % D;
+    const int q = idx / D, d = idx % D, w0 = q / max_group, qr = q % max_group;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < W; ++w) mx = fmaxf(mx, wm[w * max_group + q]);
+    for (int w = w0; w < W; w += NB) mx = fmaxf(mx, wm[w * max_group + qr]);
     float o = 0.0f, l = 0.0f;
     if (mx != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < W; ++w) {
-        const float wmv = wm[w * max_group + q];
+      for (int w = w0; w < W; w += NB) {
+        const float wmv = wm[w * max_group + qr];
         if (wmv == -INFINITY) continue;
         const float f = exp2f(wmv - mx);
-        o = fmaf(wo[(w * max_group + q) * os + d], f, o);
-        l = fmaf(wl[w * max_group + q], f, l);
+        o = fmaf(wo[(w * max_group + qr) * os + d], f, o);
+        l = fmaf(wl[w * max_group + qr], f, l);
       }
     }
     const std::int64_t r = static_cast<std::int64_t>(slot) * p.slot_rows + q;
@@ -75,7 +77,7 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
   }
 }
 
-// Merges the splits of each (sequence, query head) row, normalizes, un-rotates
+// Merges the splits of each (sequence, query token, query head) row, normalizes, un-rotates
 // (Rotated) and writes the output and the log-sum-exp. One warp per row,
 // combine_rows rows per block; lane L holds channels E L .. E L + E - 1
 // (E = D / 32). The per-split (m, l) pairs are read one split per lane, the
@@ -98,10 +100,18 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * combine_rows + warp;
   if (row >= rows) return;  // warp-uniform
-  // The row's partials: slots first .. first + S - 1 of its unit, row q of each.
-  const std::int64_t seq = row / p.q_heads;
-  const int qh = static_cast<int>(row % p.q_heads), gi = qh % p.group;
-  const std::int64_t unit = seq * p.units + (qh / p.group) * p.qgroups + gi / max_group;
+  // Row = (sequence, query token i < q_span, query head); tokens past the
+  // sequence's count are not written.
+  const std::int64_t seq = row / (static_cast<std::int64_t>(p.q_span) * p.q_heads);
+  const int rem = static_cast<int>(row % (static_cast<std::int64_t>(p.q_span) * p.q_heads));
+  const int i = rem / p.q_heads, qh = rem % p.q_heads, gi = i * p.group + qh % p.group;  // gi: row f of the KV head
+  std::int64_t qfirst;
+  int qcount;
+  query_tokens(p, static_cast<int>(seq), qfirst, qcount);
+  if (i >= qcount) return;  // warp-uniform
+  const std::int64_t out_row = (qfirst + i) * p.q_heads + qh;
+  // The row's partials: slots first .. first + S - 1 of its unit, row gi % unit_rows of each.
+  const std::int64_t unit = seq * p.units + (qh / p.group) * p.qgroups + gi / p.unit_rows;
   std::int64_t first;
   int S;
   if (p.spans) {
@@ -112,7 +122,7 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
     first = unit * p.num_splits;
     S = p.num_splits;
   }
-  const std::int64_t r0 = first * p.slot_rows + gi % max_group;  // partial row of slot first
+  const std::int64_t r0 = first * p.slot_rows + gi % p.unit_rows;  // partial row of slot first
   const int ml_stride = 2 * p.slot_rows, o_stride = p.slot_rows * D;
   const float* ml = p.ws_ml + 2 * r0;
   // Global max of m over the splits, then l = sum f_s l_s, f_s = 2^(m_s - max).
@@ -191,10 +201,10 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
 #pragma unroll
     for (int e = 0; e < E; ++e) o[e] = __fmul_rn(o[e], kvtile::detail::hadamard_norm<D>::value);
   }
-  QT* dst = out + row * D + E * lane;
+  QT* dst = out + out_row * D + E * lane;
 #pragma unroll
   for (int e = 0; e < E; ++e) store_q<QT>(dst + e, o[e]);
-  if (lse && lane == 0) lse[row] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+  if (lse && lane == 0) lse[out_row] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
 }
 
 }  // namespace attention::detail

@@ -21,15 +21,16 @@ namespace attention::detail {
 // part of every tile); each stage has a "full" and an "empty" mbarrier.
 // KeepQn: the fp32 query rows stay live next to the fragments (the quantized
 // kernel's per-tile q a path); otherwise the fragments overwrite them once made.
-template <int D, int W, int Stages, std::size_t StageBytes, int R = W, bool KeepQn = false>
+// Rows: query rows of the CTA (8 per n-block).
+template <int D, int W, int Stages, std::size_t StageBytes, int R = W, bool KeepQn = false, int Rows = max_group>
 struct smem_plan {
   static constexpr int q_stride = D + 16;  // floats; keeps the 16-byte query reads conflict-free
   static constexpr std::size_t qn = 0;
-  static constexpr std::size_t nf = qn + sizeof(float) * max_group * q_stride;
+  static constexpr std::size_t nf = qn + sizeof(float) * Rows * q_stride;
   // qf: the query as QK B-operand fragments, fp16 hi and lo (qf_index below).
-  static constexpr std::size_t qf = KeepQn ? (nf + sizeof(float) * max_group + 15) / 16 * 16 : qn;
-  static constexpr std::size_t bars = KeepQn ? qf + sizeof(std::uint32_t) * 4 * max_group * D / 4
-                                             : nf + sizeof(float) * max_group;
+  static constexpr std::size_t qf = KeepQn ? (nf + sizeof(float) * Rows + 15) / 16 * 16 : qn;
+  static constexpr std::size_t bars = KeepQn ? qf + sizeof(std::uint32_t) * 4 * Rows * D / 4
+                                             : nf + sizeof(float) * Rows;
   static constexpr std::size_t stages = (bars + 2 * 8 * R * Stages + 127) / 128 * 128;
   static constexpr std::size_t stage_bytes = (StageBytes + 127) / 128 * 128;
   static constexpr std::size_t bytes = stages + stage_bytes * R * Stages;
@@ -52,14 +53,15 @@ constexpr int warps_for() {
 // 227 KB (warps_for keeps 8 KB of slack; the padded stages of tile_layout.cuh
 // need part of it: k4v2_g128 D = 128 fp8 keeps 8 rings with 224,128 of 232,448
 // bytes). See quant_swizzled.
-template <int D, int Stages, std::size_t StageBytes, bool KeepQn, int R>
+template <int D, int Stages, std::size_t StageBytes, bool KeepQn, int R, int Rows = max_group>
 constexpr int fit_rings() {
   if constexpr (R <= 1) {
     return 1;
-  } else if constexpr (smem_plan<D, R, Stages, StageBytes, R, KeepQn>::bytes <= 227 * 1024) {
+  } else if constexpr (smem_plan<D, R * (Rows / max_group), Stages, StageBytes, R, KeepQn, Rows>::bytes <=
+                       227 * 1024) {
     return R;
   } else {
-    return fit_rings<D, Stages, StageBytes, KeepQn, R - 1>();
+    return fit_rings<D, Stages, StageBytes, KeepQn, R - 1, Rows>();
   }
 }
 
@@ -91,19 +93,20 @@ constexpr int warps_per_record() {
   return 1;
 }
 
-// Whether the quantized kernel of (Config, Packer) uses the conflict-free stage
-// layout (tile_layout.cuh): with KVTILE_ATTENTION_SWIZZLE, unless its padding
-// would cost a ring (a record in flight per stage pair) under the 227 KB of
-// shared memory; of the presets only k4v2_g128 D = 256 fp16_scales (4 rings,
-// 256 bytes to spare) keeps the previous layout.
-template <class Config, class Packer, int Stages, int MaxRings = 8>
+// Whether the quantized kernel of (Config, Packer) with `Rows` query rows uses
+// the conflict-free stage layout (tile_layout.cuh): when Allowed
+// (decode_policy::conflict_free_layout), unless its padding would cost a ring
+// (a record in flight per stage pair) under the 227 KB of shared memory; of
+// the presets only k4v2_g128 D = 256 fp16_scales (4 rings, 256 bytes to spare)
+// keeps the previous layout with 8 rows.
+template <class Config, class Packer, int Stages, int MaxRings, bool Allowed, int Rows = max_group>
 constexpr bool quant_swizzled() {
-  if constexpr (!conflict_free_layout) {
+  if constexpr (!Allowed) {
     return false;
   } else {
     constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages, MaxRings>();
     using SL = stage_layout<Config, Packer, warps_per_record<Config>(), true>;
-    return fit_rings<Config::head_dim, Stages, SL::bytes, true, r0>() == r0;
+    return fit_rings<Config::head_dim, Stages, SL::bytes, true, r0, Rows>() == r0;
   }
 }
 
@@ -251,7 +254,7 @@ KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int3
     c.seq = blockIdx.z;
     c.u = blockIdx.y;
     c.slot = (blockIdx.z * p.units + blockIdx.y) * p.num_splits + blockIdx.x;
-    const tile_span ts = tile_range(seq_lens[c.seq], T, p.max_len, p.window_left);
+    const tile_span ts = tile_range(seq_lens[c.seq], T, p.max_len, p.window_left, p.q_span);
     const int n = ts.n_tiles - ts.jlo, per = (n + p.num_splits - 1) / p.num_splits;
     c.j0 = min(ts.n_tiles, ts.jlo + static_cast<int>(blockIdx.x) * per);
     c.j1 = min(ts.n_tiles, c.j0 + per);

@@ -42,17 +42,19 @@ struct unit_span {
 // clamped so that no tile outside the page table (and the tail) is ever read:
 // len is clamped to [0, max_len]. With a left window (window_left >= 0) the
 // query at position len - 1 sees tokens [lo, len), lo = max(0, len - 1 - window_left);
-// tiles below jlo = lo / T are skipped, the tokens below lo masked.
+// tiles below jlo = lo / T are skipped, the tokens below lo masked. span > 1
+// (multi-query: up to span queries at positions len - span .. len - 1): lo is
+// that of the first, max(0, len - span - window_left).
 struct tile_span {
   int len;      // clamped length
   int lo;       // first visible token
   int jlo;      // first visible tile
   int n_tiles;  // tiles of the sequence (ceil(len / T))
 };
-KVTILE_HOST_DEVICE tile_span tile_range(int len, int T, int max_len, int window_left) {
+KVTILE_HOST_DEVICE tile_span tile_range(int len, int T, int max_len, int window_left, int span = 1) {
   tile_span s;
   s.len = len < 0 ? 0 : (len > max_len ? max_len : len);
-  s.lo = (window_left >= 0 && s.len - 1 - window_left > 0) ? s.len - 1 - window_left : 0;
+  s.lo = (window_left >= 0 && s.len - span - window_left > 0) ? s.len - span - window_left : 0;
   s.jlo = s.lo / T;
   s.n_tiles = (s.len + T - 1) / T;
   return s;
@@ -65,6 +67,7 @@ struct schedule_request {
   int tile_tokens = 128;
   int max_len = 0;        // tile_range's clamp
   int window_left = -1;
+  int q_span = 1;         // query tokens per sequence (bound): tile_range's span
   int ctas = 1;           // persistent CTAs (the grid)
   int rings = 8;          // tiles a CTA processes at once (cost model)
   int forced_splits = 0;  // > 0: every unit cut into min(forced_splits, tiles) chunks (tests)
@@ -182,7 +185,7 @@ inline schedule make_schedule(const schedule_request& r) {
   long long total = 0;
   int longest = 0;
   for (int s = 0; s < r.num_seqs; ++s) {
-    const tile_span t = tile_range(r.seq_lens[s], r.tile_tokens, r.max_len, r.window_left);
+    const tile_span t = tile_range(r.seq_lens[s], r.tile_tokens, r.max_len, r.window_left, r.q_span);
     jlo[s] = t.jlo;
     ntile[s] = t.n_tiles;
     total += static_cast<long long>(t.n_tiles - t.jlo) * r.units_per_seq;

@@ -12,7 +12,7 @@
 // of 2, 4 per value LDS.U16 instead of 1: 512 of the ~587 wavefronts of a
 // k4v2 D128 tile; Nsight Compute: 25.4M of 38.5M wavefronts excessive).
 //
-// The conflict-free layout (-DKVTILE_ATTENTION_SWIZZLE=1) is OFF by default:
+// The conflict-free layout (decode_policy::conflict_free_layout = true) is OFF by default:
 // on the H200 it removes the conflicts but the kernel is slower (the
 // conflicts are not the limit; docs/attention.md has the numbers). Its three
 // parts:
@@ -44,7 +44,7 @@
 // Token and channel permutations are free inside a contraction (A and B use
 // the same one); results change only by fp32 summation order.
 //
-// KVTILE_ATTENTION_SWIZZLE=0 (the default) keeps the previous layout and orders exactly
+// conflict_free_layout = false (the default) keeps the previous layout and orders exactly
 // (one bulk copy per record, channels 16 kk + 4 t, token runs r-major). A
 // preset whose padding would cost a ring of stages keeps the previous layout
 // too (quant_swizzled in paged_decode.cuh: only k4v2_g128 D = 256 fp16_scales).
@@ -59,14 +59,8 @@
 #include "../../../packing/fp8_scales.hpp"
 #include "fragments.cuh"
 
-#ifndef KVTILE_ATTENTION_SWIZZLE
-#define KVTILE_ATTENTION_SWIZZLE 0
-#endif
-
 KVTILE_NAMESPACE_BEGIN
 namespace attention::detail {
-
-inline constexpr bool conflict_free_layout = KVTILE_ATTENTION_SWIZZLE != 0;
 
 // QK channel order: lane t (= lane % 4) contributes the 4 consecutive channels
 // chan0(kk, t) .. + 3 to k-step kk (MMA K columns 2t, 2t+1, 2t+8, 2t+9), for

@@ -22,16 +22,21 @@ namespace attention::detail {
 // Rotates (FWHT), scales and normalizes the CTA's query rows into shared memory:
 // qn[row][d] = (q H)[d] * scale * log2(e) / nf[row], nf[row] a power of two with
 // max |qn[row]| in [1, 2). Rows past the group are zero. The fragments qf follow
-// the QK channel order key_order<D, Swz> (tile_layout.cuh).
-template <class QT, int D, int W, bool Rotate, bool KeepQn, bool Swz>
+// the QK channel order key_order<D, Swz> (tile_layout.cuh); Rows = 8 x n-blocks
+// (block nb's fragments at qf + qf_block<D>(nb)).
+template <class QT, int D, int W, bool Rotate, bool KeepQn, bool Swz, int Rows = max_group>
 KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg, float* qn, float* nf, uint4* qf) {
+  static_assert(KeepQn || Rows == max_group, "the overlaid fragments (fp16 kernel) hold one n-block");
   constexpr int q_stride = D + 16;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int row = warp; row < max_group; row += W) {
+  std::int64_t first;
+  int n;
+  query_tokens(p, seq, first, n);
+  for (int row = warp; row < Rows; row += W) {
     float* v = qn + row * q_stride;
-    const int gi = qg * max_group + row;
-    const bool valid = gi < p.group;
-    const QT* src = static_cast<const QT*>(p.q) + (static_cast<std::int64_t>(seq) * p.q_heads + kvh * p.group + gi) * D;
+    const int f = qg * Rows + row, i = f / p.group, gi = f % p.group;  // row f: token i, head gi of the group
+    const bool valid = f < p.rows_total && i < n;
+    const QT* src = static_cast<const QT*>(p.q) + ((first + i) * p.q_heads + kvh * p.group + gi) * D;
     for (int d = lane; d < D; d += 32) v[d] = valid ? load_q<QT>(src + d) : 0.0f;
     __syncwarp();
     for (int h = 1; Rotate && h < D; h *= 2) {
@@ -73,7 +78,8 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
       const float4 x = *reinterpret_cast<const float4*>(v + key_order<D, Swz>::qpad(4 * u));
       std::uint32_t b[4] = {0u, 0u, 0u, 0u};
       split_b(x.x, x.y, x.z, x.w, b);
-      qf[qf_index(key_order<D, Swz>::unit_kk(u), row, key_order<D, Swz>::unit_t(u))] =
+      qf[qf_block<D>(row / max_group) +
+         qf_index(key_order<D, Swz>::unit_kk(u), row % max_group, key_order<D, Swz>::unit_t(u))] =
           make_uint4(b[0], b[1], b[2], b[3]);
     }
   }
@@ -108,8 +114,8 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
 // channel and PV output orders of the quantized tiles (tile_layout.cuh; the
 // tile's own token order is free, it does not outlive the tile).
 template <int D, int GT, int H = 1, bool Swz = false, bool PK = false>
-KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, int lo, float cap, const uint4* qf,
-                             const float (&nfq)[2], warp_state<D, PK ? 1 : 2>& st, int sub = 0) {
+KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const tile_mod& md,
+                             const uint4* qf, const float (&nfq)[2], warp_state<D, PK ? 1 : 2>& st, int sub = 0) {
   using OO = out_order<D, Swz>;
   constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16,
                 MC = OO::OC > 1 ? OO::MCo : ((D / 16) < 8 ? (D / 16) : 8), NCH = (D / 16) / MC, CE = 2 * MC;
@@ -138,7 +144,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
       const uint2 k0 = *reinterpret_cast<const uint2*>(K + T0 * D + c0);
       const uint2 k1 = *reinterpret_cast<const uint2*>(K + (T0 + 1) * D + c0);
       mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[0], b[1]);
-      if constexpr (split_query && !PK) mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[2], b[3]);
+      if constexpr (!PK) mma_f16(s[i], k0.x, k1.x, k0.y, k1.y, b[2], b[3]);  // lo part
     }
   }
   std::uint32_t pb0[GM], pb1[GM];
@@ -150,7 +156,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tok = E * r + 2 * (sub * GM + i) + h;
-        sc[i][h] = tok < n_valid ? modify_score((s[i][2 * h] + s[i][2 * h + 1]) * nfq[0], tok, lo, cap) : -INFINITY;
+        sc[i][h] = tok < n_valid ? modify_score((s[i][2 * h] + s[i][2 * h + 1]) * nfq[0], tok, md, 0) : -INFINITY;
       }
     online_softmax1<GM>(sc, st.m, st.l, alpha[0]);
     p_to_b_split<GM>(sc, pb0, pb1);
@@ -160,7 +166,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int tok = E * r + 2 * (sub * GM + i) + (c >> 1);
-        s[i][c] = tok < n_valid ? modify_score(s[i][c] * nfq[c & 1], tok, lo, cap) : -INFINITY;
+        s[i][c] = tok < n_valid ? modify_score(s[i][c] * nfq[c & 1], tok, md, c & 1) : -INFINITY;
       }
     online_softmax<GM>(s, st.m, st.l, alpha);
     p_to_b<GM>(s, pb0, pb1);
@@ -299,7 +305,7 @@ KVTILE_DEVICE float fp16_field_norm_quartered(const std::uint8_t* p, std::size_t
 //    + CE - 1 of chunk ch.
 template <class Config, class Packer, int H, bool Swz, bool PK = false>
 KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const uint4* qf, const float (&nfq)[2],
-                              warp_state<Config::head_dim, PK ? 1 : 2>& st, int sub, int lo, float cap) {
+                              warp_state<Config::head_dim, PK ? 1 : 2>& st, int sub, const tile_mod& md) {
   using SL = stage_layout<Config, Packer, H, Swz>;
   using KO = key_order<Config::head_dim, Swz>;
   using OO = out_order<Config::head_dim, Swz>;
@@ -378,7 +384,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
 #pragma unroll
       for (int i = 0; i < GM; ++i) {
         mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
-        if constexpr (split_query && !PK)
+        if constexpr (!PK)  // lo part
           mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
       }
     }
@@ -412,18 +418,18 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
         }
       }
   }
-  // Window boundary tile (tokens below lo) and soft-cap: off the common path.
-  if (lo > 0 || cap > 0.0f) {
+  // Window boundary tile, causal mask of multi-query rows, soft-cap: off the common path.
+  if (md.on) {
 #pragma unroll
     for (int i = 0; i < GM; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tok = tok0 + 2 * i + h;
         if constexpr (PK) {
-          sc[i][h] = modify_score(sc[i][h], tok, lo, cap);
+          sc[i][h] = modify_score(sc[i][h], tok, md, 0);
         } else {
-          s[i][2 * h + 0] = modify_score(s[i][2 * h + 0], tok, lo, cap);
-          s[i][2 * h + 1] = modify_score(s[i][2 * h + 1], tok, lo, cap);
+          s[i][2 * h + 0] = modify_score(s[i][2 * h + 0], tok, md, 0);
+          s[i][2 * h + 1] = modify_score(s[i][2 * h + 1], tok, md, 1);
         }
       }
   }
