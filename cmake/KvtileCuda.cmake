@@ -29,13 +29,10 @@ endif()
 # JIT-compiled on an H200 (scripts/gpu_session.sh, stage jit80). Their
 # launchers return status::unsupported_arch below compute capability 8.0 or
 # when the binary holds no code the GPU can run. Decode attention needs sm_90
-# (bulk copies, mbarrier transaction counts); on other GPUs its launchers
-# return unsupported_arch (docs/attention.md). Its compute_80 PTX does not
-# assemble while those instructions are not behind an architecture guard, and
-# the driver JIT-compiles a translation unit's PTX as a whole: on a pre-Hopper
-# GPU every kernel of a translation unit that also instantiates decode
-# attention is unavailable (its launchers return unsupported_arch), so such
-# programs keep the codec and paged kernels in translation units of their own.
+# (bulk copies, mbarrier transaction counts); its kernels have no body below
+# compute_90, and on other GPUs its launchers return unsupported_arch
+# (docs/attention.md), while the codec and paged kernels of the same
+# translation unit run from the compute_80 PTX.
 # A CMAKE_CUDA_ARCHITECTURES or CUDAARCHS given by the user becomes the default
 # instead (e.g. -DCMAKE_CUDA_ARCHITECTURES=native).
 if(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT CMAKE_CUDA_ARCHITECTURES STREQUAL "")

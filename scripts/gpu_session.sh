@@ -21,7 +21,9 @@
 #   profile   Nsight Compute on the prefill encode, decode-to-fp16 and the
 #             k4v2 attention kernel.
 #   jit80     the codec and paged device tests (block_codec_d*, paged_cache,
-#             launch_setup, multi_gpu) and the GPU-codec benchmark built as
+#             launch_setup, multi_gpu, unsupported_arch with -DKVTILE_TEST_PTX80:
+#             paged launchers succeed, decode attention answers unsupported_arch)
+#             and the GPU-codec benchmark built as
 #             compute_80 PTX only (-gencode=arch=compute_80,code=compute_80,
 #             build/jit80/), run with CUDA_FORCE_PTX_JIT=1: the driver compiles
 #             the sm_80 code path for this GPU, so the sm_80 forms of every
@@ -86,6 +88,9 @@ jit80_build() {  # in the background, pids appended to pids[]
     FLAGS=$JIT80_FLAGS nv build/jit80/$n tests/device/$n.cu > "$OUT/jit80/build_$n.log" 2>&1 & pids+=($!)
   done
   FLAGS=$JIT80_FLAGS nv build/jit80/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/jit80/build_gpu_codec_bench.log" 2>&1 & pids+=($!)
+  # paged launchers succeed from compute_80 PTX; decode attention answers unsupported_arch
+  FLAGS=$JIT80_FLAGS nv build/jit80/unsupported_arch tests/device/unsupported_arch.cu -DKVTILE_TEST_PTX80 \
+    > "$OUT/jit80/build_unsupported_arch.log" 2>&1 & pids+=($!)
 }
 if want build; then
   say "build start ($($NVCC --version | tail -1))"
@@ -316,13 +321,13 @@ if want jit80; then
   done
   export CUDA_FORCE_PTX_JIT=1 CUDA_CACHE_PATH=/tmp/kvtile-jit-cache CUDA_CACHE_MAXSIZE=4294967296
   jpids=()
-  for n in $JIT80_TESTS; do
+  for n in $JIT80_TESTS unsupported_arch; do
     (t=$SECONDS; run_logged "$OUT/jit80/$n.log" "$J/$n"; r=$?; echo "wall $((SECONDS - t)) s (JIT included)" >> "$OUT/jit80/$n.log"; exit $r) & jpids+=($!)
   done
   # The benchmark's JIT runs meanwhile (one untimed iteration fills the JIT cache).
   sel "$J/gpu_codec_bench" && { "$J/gpu_codec_bench" --out /tmp/kvtile-jit-warm --iters 1 > "$OUT/jit80/bench_warm.log" 2>&1 & jpids+=($!); }
   for p in "${jpids[@]}"; do wait "$p" || rc=1; done
-  for n in $JIT80_TESTS; do
+  for n in $JIT80_TESTS unsupported_arch; do
     say "jit80 $n: $(grep -E 'passed|failed|mismatch|PASS|FAIL' "$OUT/jit80/$n.log" | tail -n 1) ($(tail -n 2 "$OUT/jit80/$n.log" | tr '\n' ' '))"
   done
   if (( SECONDS - T0 < DEADLINE )) && sel "$J/gpu_codec_bench"; then

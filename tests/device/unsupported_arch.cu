@@ -5,8 +5,15 @@
 // unsupported_arch (with the CUDA error behind it) instead of cuda_error or a
 // failure later, and the CUDA context must stay usable. On a GPU that runs
 // sm_86 code (compute capability 8.6 to 8.9) the same launches must succeed.
+// Built with -DKVTILE_TEST_PTX80 from compute_80 PTX only (gpu_session.sh,
+// stage jit80: the driver JIT-compiles it for the GPU), the paged launchers
+// must succeed wherever compute capability >= 8.0. Decode attention (Hopper
+// only; no body below compute_90) must answer unsupported_arch in every mode
+// and leave the context usable.
 // Exit 0 pass, 1 fail, 77 no device.
 #include "gpu_codec_common.cuh"
+
+#include <kvtile/device/attention/paged_decode.cuh>
 
 namespace {
 namespace kd = kvtile::device;
@@ -27,9 +34,16 @@ int main() {
     std::printf("FAIL: query_current_device\n");
     return 1;
   }
+#ifdef KVTILE_TEST_PTX80
+  const bool runs_sm86 = caps.cc >= 80;  // the compute_80 PTX runs there
+  const char* holds = "compute_80 PTX only";
+#else
   const bool runs_sm86 = caps.cc >= 86 && caps.cc < 90;
+  const char* holds = "sm_86 SASS only";
+#endif
   const status want = runs_sm86 ? status::success : status::unsupported_arch;
-  std::printf("device sm_%d; binary holds sm_86 SASS only: expecting %s\n", caps.cc, kvtile::to_string(want));
+  std::printf("device sm_%d; binary holds %s: expecting %s from the paged launchers\n", caps.cc, holds,
+              kvtile::to_string(want));
   constexpr int D = Codec::D, G = Codec::G;
   kvtest::dbuf<unsigned char> pages(2 * Codec::record_bytes);
   kvtest::dbuf<std::int32_t> table(1), lens(1), cu(2), ids(1);
@@ -66,6 +80,22 @@ int main() {
   check("launch_dequantize_pages (rotated frame)",
         kd::launch_dequantize_pages<Codec>(v, ids.p, 1, out.p, out.p, kvtile::frame::rotated));
   check("launch_dequantize_pages (generic kernel)", kd::launch_dequantize_pages<Codec>(v, ids.p, 1, out.p + 1, out.p));
+  // Decode attention: unsupported_arch in every mode (no sm_90 image), no launch.
+  {
+    kvtest::dbuf<half_t> q(D), o(D);
+    kvtile::attention::decode_args<half_t> a;
+    a.q = q.p;
+    a.out = o.p;
+    a.q_heads = 1;
+    a.softmax_scale = 0.125f;
+    a.workspace_bytes = kvtile::attention::workspace_bytes<Codec>(v, a.q_heads);
+    kvtest::dbuf<unsigned char> ws(a.workspace_bytes);
+    a.workspace = ws.p;
+    const status s = kvtile::attention::paged_decode<Codec>(v, a);
+    std::snprintf(buf, sizeof buf, "paged_decode returns %s", kvtile::to_string(s));
+    expect(s == status::unsupported_arch, buf);
+    expect(cudaPeekAtLastError() == cudaSuccess, "  ... and leaves no error behind");
+  }
   // The context is intact.
   int* p = nullptr;
   const bool alive = cudaMalloc(&p, 64) == cudaSuccess && cudaMemset(p, 1, 64) == cudaSuccess &&

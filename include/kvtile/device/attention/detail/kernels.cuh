@@ -25,6 +25,13 @@ namespace attention::detail {
 template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1, bool Swz = false>
 __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
+  // Hopper only (bulk copies, mbarrier transaction counts, griddepcontrol):
+  // can_implement answers unsupported_arch below compute capability 9.0, and
+  // older targets get no body, so that a translation unit's compute_80 PTX
+  // (its codec and paged kernels) assembles for them.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H * NB;
   static_assert(Pool == 0 || (H == 1 && Stages == 1 && Pool > W), "a stage pool: one warp per record, > W stages");
   static_assert(NB == 1 || (H == 1 && Pool == 0 && !PK), "n-blocks: one warp per record and n-block, rings");
@@ -119,16 +126,21 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
       warp_loop<R, H * NB, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     }
     if (ci + 1 == first + count)
-      asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
+      cudaTriggerProgrammaticLaunchCompletion();  // the merge kernel may start launching
     write_partial<D, W, Swz, PK ? 1 : 2, NB>(st, stages, p, qg, c.slot);
     fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
     __syncthreads();
   }
+#endif
 }
 
 template <int D, int PT, class QT, int W, int Stages>
 __global__ void __launch_bounds__(W * 32, 1)
     fp16_decode_kernel(const __grid_constant__ fp16_paged_cache_view cache, const __grid_constant__ kernel_params p) {
+  // Hopper only, as quant_decode_kernel.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   constexpr std::size_t half_bytes = static_cast<std::size_t>(PT) * D * 2;
   using plan = smem_plan<D, W, Stages, 2 * half_bytes>;
   extern __shared__ __align__(128) std::uint8_t smem[];
@@ -191,11 +203,12 @@ __global__ void __launch_bounds__(W * 32, 1)
     };
     warp_loop<W, 1, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     if (ci + 1 == first + count)
-      asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start launching
+      cudaTriggerProgrammaticLaunchCompletion();  // the merge kernel may start launching
     write_partial<D, W>(st, stages, p, qg, c.slot);
     fence_proxy_async();
     __syncthreads();
   }
+#endif
 }
 
 }  // namespace attention::detail

@@ -43,7 +43,8 @@ inline int sm_count(int dev) {
 // Sets the dynamic shared-memory limit of `kernel` on device `dev` once per
 // (kernel, device): a per-instantiation atomic bit mask of configured devices
 // (devices >= 64 are configured on every call). A kernel without an image for
-// the device (built for another architecture) gives unsupported_arch.
+// the device (built for another architecture), or whose image was compiled
+// from PTX below compute_90, gives unsupported_arch.
 // Concurrent first calls may both set the attribute (idempotent).
 template <class KernelT>
 status configure_kernel(KernelT kernel, std::size_t smem, int dev, std::atomic<std::uint64_t>& configured) {
@@ -56,6 +57,9 @@ status configure_kernel(KernelT kernel, std::size_t smem, int dev, std::atomic<s
     return status::unsupported_arch;
   }
   if (e != cudaSuccess) return status::cuda_error;
+  // Code JIT-compiled from PTX older than compute_90 (e.g. a compute_80-only
+  // build, or CUDA_FORCE_PTX_JIT=1) holds no kernel body (kernels.cuh).
+  if (fa.ptxVersion < 90) return status::unsupported_arch;
   if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess)
     return status::cuda_error;

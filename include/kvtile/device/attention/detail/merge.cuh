@@ -6,6 +6,7 @@
 #include <cub/warp/warp_reduce.cuh>
 #include <cuda/functional>
 #include <cuda_runtime.h>
+#include <nv/target>
 
 #include <cstdint>
 
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   constexpr int E = D / 32;
   static_assert(E == 2 || E == 4 || E == 8, "head_dim 64, 128 or 256");
   // Launched with programmatic stream serialization: wait for the attention grid.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  NV_IF_TARGET(NV_PROVIDES_SM_90, (cudaGridDependencySynchronize();));
   // Full-warp reductions of the (m, l) pairs: CUB (the aggregate is valid in
   // lane 0, broadcast with one shuffle).
   using warp_reduce = cub::WarpReduce<float>;
