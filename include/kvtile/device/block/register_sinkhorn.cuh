@@ -41,8 +41,13 @@
 //    update are computed by the owners, the reciprocal 1/e^Lc is broadcast
 //    through shared memory.
 //  * imbalance: min/max of non-negative, non-NaN stds (never -0: sqrt of a
-//    sum of squares), so order-free; done on the float bits with redux.sync
-//    (for non-negative floats, unsigned order == float order).
+//    sum of squares), so order-free; done on the float bits (for non-negative
+//    floats, unsigned order == float order): per warp by cub::WarpReduce
+//    (redux.sync on sm_80+), across the warps' partials by __reduce_*_sync
+//    directly, where every lane needs the result (CUB's is lane 0's).
+// The float sums (row_reduce, col_gather, tree) stay hand-written: their
+// order decides bytes. row_reduce_with is a reduce-scatter (each lane keeps a
+// different row), which no CUB warp primitive does.
 //
 // Per iteration (sinkhorn.hpp): column update (done eagerly at the end of the
 // previous statistics pass, by the owners), rescale, row stds (warp-local),
@@ -51,6 +56,9 @@
 #pragma once
 
 #include "../../config.hpp"
+
+#include <cub/warp/warp_reduce.cuh>
+#include <cuda/functional>
 
 #include <cstdint>
 
@@ -123,7 +131,7 @@ struct register_sinkhorn {
   }
 
   // Helpers of the register scale / code stages (block_tile_codec). Unlike the
-  // sums above, the reductions below are ORDER-FREE (integer min / max), so
+  // sums below, the reductions here are ORDER-FREE (integer min / max), so
   // any pairing gives the host's result.
 
   // v[a]: this lane's value for row slot a ^ s (already reduced over its JC
@@ -142,8 +150,8 @@ struct register_sinkhorn {
   KVTILE_DEVICE static int col_own() { return static_cast<int>(threadIdx.x) / Q; }
   KVTILE_DEVICE static bool col_writer() { return static_cast<int>(threadIdx.x) % Q == 0; }
 
-  // Bits of max |x| over the R rows of the owned column, in its Q owners
-  // (+0 -> 0). For non-NaN floats, unsigned order of (bits & 0x7fffffff) is
+  // Bits of max |x| over the R rows of the owned column, valid in its writer
+  // (col_writer(): the first of the Q owners) (+0 -> 0). For non-NaN floats, unsigned order of (bits & 0x7fffffff) is
   // the order of |x|, and the host's fmax chain from +0 ends with the largest
   // magnitude as a non-negative float (-0 never wins against +0), so this is
   // the host's value bit for bit. Contains one block barrier; sm.part is
@@ -164,8 +172,11 @@ struct register_sinkhorn {
     std::uint32_t m = 0u;
 #pragma unroll
     for (int i = 0; i < JC; ++i) m = umax(m, detail::float_bits(sm.part[(q + Q * i) * CS + c]));
-#pragma unroll
-    for (int b = Q / 2; b >= 1; b /= 2) m = umax(m, __shfl_xor_sync(full_warp_mask, m, b));
+    if constexpr (Q > 1) {  // over the Q owners (a logical warp; redux.sync on sm_80+)
+      using owner_reduce = cub::WarpReduce<std::uint32_t, Q>;
+      typename owner_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
+      m = owner_reduce(unused).Reduce(m, ::cuda::maximum<>{});
+    }
     return m;
   }
 
@@ -215,7 +226,8 @@ struct register_sinkhorn {
   }
 
  private:
-  // In-place halving-tree sum of N lane-local values (destroys v). Stages are
+  // In-place halving-tree sum of N lane-local values (destroys v); canonical
+  // order (it decides bytes), so hand-written. Stages are
   // template-recursive so every index is a compile-time constant (a loop the
   // unroller leaves rolled would put v in local memory).
   template <int H, int N>
@@ -255,8 +267,18 @@ struct register_sinkhorn {
   }
   KVTILE_DEVICE static std::uint32_t umax(std::uint32_t a, std::uint32_t b) { return a > b ? a : b; }
 
+  // Min and max of the float bits of a non-negative value over the warp, valid
+  // in lane 0 (cub::WarpReduce: one redux.sync each on sm_80+).
+  KVTILE_DEVICE static void warp_min_max_bits(float x, std::uint32_t& lo, std::uint32_t& hi) {
+    using warp_reduce = cub::WarpReduce<std::uint32_t>;
+    typename warp_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
+    lo = warp_reduce(unused).Reduce(detail::float_bits(x), ::cuda::minimum<>{});
+    hi = warp_reduce(unused).Reduce(detail::float_bits(x), ::cuda::maximum<>{});
+  }
+
   // v[a]: this lane's partial of row slot a ^ s over its positions. Returns the
   // full canonical row sum of the lane's own row slot s (see the file comment).
+  // Hand-written: canonical order (decides bytes) and a reduce-scatter.
   KVTILE_DEVICE static float row_reduce(float (&v)[MR]) {
     scatter_stages<0>(v);
     float s = v[0];
@@ -319,7 +341,7 @@ struct register_sinkhorn {
     for (int j = 0; j < JC; ++j) sm.part[warp * CS + lane + 32 * j] = p[j];
   }
   // After a barrier: the full canonical column sum of the owned column, in
-  // each of its Q owner threads. Bank-conflict free: lane l reads
+  // each of its Q owner threads (hand-written: the order decides bytes). Bank-conflict free: lane l reads
   // (l % Q) * CS + l / Q + const with CS = 32 / Q (mod 32).
   KVTILE_DEVICE static float col_gather(const storage& sm) {
     const int t = static_cast<int>(threadIdx.x);
@@ -381,8 +403,8 @@ struct register_sinkhorn {
     row_dev_partials(cur, rm, rp);
     {
       const float rsd = detail::sqrt(detail::div(row_reduce(rp), static_cast<float>(C - 1)));
-      const std::uint32_t lo = __reduce_min_sync(full_warp_mask, detail::float_bits(rsd));
-      const std::uint32_t hi = __reduce_max_sync(full_warp_mask, detail::float_bits(rsd));
+      std::uint32_t lo, hi;
+      warp_min_max_bits(rsd, lo, hi);
       if (lane == 0) {
         sm.mm[2][warp] = lo;
         sm.mm[3][warp] = hi;
@@ -391,8 +413,8 @@ struct register_sinkhorn {
     __syncthreads();  // (3) squared-deviation partials and row min/max published
     {
       const float csd = detail::sqrt(detail::div(col_gather(sm), static_cast<float>(R - 1)));
-      const std::uint32_t lo = __reduce_min_sync(full_warp_mask, detail::float_bits(csd));
-      const std::uint32_t hi = __reduce_max_sync(full_warp_mask, detail::float_bits(csd));
+      std::uint32_t lo, hi;
+      warp_min_max_bits(csd, lo, hi);
       if (lane == 0) {
         sm.mm[0][warp] = lo;
         sm.mm[1][warp] = hi;

@@ -7,13 +7,16 @@
 //    lane-local (j-halving), strides 16..1 as __shfl_xor_sync butterflies
 //    (IEEE addition is commutative, so both lanes of a butterfly hold the value
 //    the host computes at the lower index, and every lane ends with the sum);
-//  * the FWHT stages h = 1, 2, 4, ... of rotation/hadamard.hpp are shuffles for
-//    h < 32 and lane-local butterflies for h >= 32, in the host's stage order;
+//  * the FWHT (warp_fwht.cuh, warp_fwht_unnormalized) runs the stages h = 1,
+//    2, 4, ... of rotation/hadamard.hpp as shuffles for h < 32 and lane-local
+//    butterflies for h >= 32, in the host's stage order;
 //  * min/max follow detail::min_max exactly, including which zero (+0 or -0)
 //    wins: the host keeps the FIRST element (lowest index) that reaches the
 //    extreme, so a zero extreme takes the sign of the first zero.
 // CUDA only (.cuh).
 #pragma once
+
+#include <cub/warp/warp_reduce.cuh>
 
 #include <climits>
 #include <cstdint>
@@ -21,6 +24,7 @@
 #include "../../config.hpp"
 #include "../../detail/bits.hpp"
 #include "../../rotation/hadamard.hpp"
+#include "warp_fwht.cuh"
 
 KVTILE_NAMESPACE_BEGIN
 namespace device {
@@ -37,7 +41,8 @@ inline constexpr unsigned full_warp_mask = 0xffffffffu;
 KVTILE_DEVICE int lane_id() { return static_cast<int>(threadIdx.x & 31u); }
 
 // Canonical halving-tree sum of the 32*J values of the warp (destroys v).
-// Every lane returns the sum.
+// Every lane returns the sum. Hand-written: the order decides bytes (CUB's
+// WarpReduce pairs in its own order).
 template <int J>
 KVTILE_DEVICE float warp_tree_sum(float (&v)[J]) {
 #pragma unroll
@@ -66,18 +71,31 @@ KVTILE_DEVICE float warp_canonical_std(const float (&x)[J]) {
   return detail::sqrt(detail::div(warp_tree_sum(t), static_cast<float>(n - 1)));
 }
 
+// op over one value per lane, in every lane: cub::WarpReduce (for a full warp
+// the shuffle specialization, no shared memory; on sm_80+ 32-bit integer
+// min / max / sum are one redux.sync), the aggregate broadcast from lane 0.
+// For ORDER-FREE operations only: CUB's pairing is not the canonical order.
+template <class T, class Op>
+KVTILE_DEVICE T warp_all_reduce(T v, Op op) {
+  using warp_reduce = cub::WarpReduce<T>;
+  typename warp_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
+  return __shfl_sync(full_warp_mask, warp_reduce(unused).Reduce(v, op), 0);
+}
+
+namespace detail {
+struct fmax_op {
+  KVTILE_DEVICE float operator()(float a, float b) const { return detail::fmax(a, b); }
+};
+struct fmin_op {
+  KVTILE_DEVICE float operator()(float a, float b) const { return detail::fmin(a, b); }
+};
+}  // namespace detail
+
 // Max / min of one value per lane (order-independent: use only where no
-// signed-zero tie can differ, e.g. non-negative values that are never -0).
-KVTILE_DEVICE float warp_fmax(float v) {
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) v = detail::fmax(v, __shfl_xor_sync(full_warp_mask, v, o));
-  return v;
-}
-KVTILE_DEVICE float warp_fmin(float v) {
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) v = detail::fmin(v, __shfl_xor_sync(full_warp_mask, v, o));
-  return v;
-}
+// signed-zero tie can differ and no value is NaN, e.g. non-negative values
+// that are never -0).
+KVTILE_DEVICE float warp_fmax(float v) { return warp_all_reduce(v, detail::fmax_op{}); }
+KVTILE_DEVICE float warp_fmin(float v) { return warp_all_reduce(v, detail::fmin_op{}); }
 
 namespace detail {
 KVTILE_DEVICE float float_from_order_key(std::int32_t k, std::uint32_t zero_sign) {
@@ -121,31 +139,6 @@ KVTILE_DEVICE void warp_line_min_max(const float (&x)[J], float& lo, float& hi) 
   if (kmin == 0 || kmax == 0) zs = detail::first_zero_sign(x);  // warp-uniform branch
   lo = detail::float_from_order_key(kmin, zs);
   hi = detail::float_from_order_key(kmax, zs);
-}
-
-// Unnormalized FWHT of the warp's D = 32*J values, host stage order
-// (detail::fwht_unnormalized): stages h = 1..16 by shuffles, h >= 32 lane-local.
-template <int J>
-KVTILE_DEVICE void warp_fwht_unnormalized(float (&v)[J]) {
-  const int lane = lane_id();
-#pragma unroll
-  for (int h = 1; h < 32; h *= 2) {
-    const bool high = (lane & h) != 0;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const float o = __shfl_xor_sync(full_warp_mask, v[j], h);
-      v[j] = high ? detail::sub(o, v[j]) : detail::add(v[j], o);
-    }
-  }
-#pragma unroll
-  for (int hj = 1; hj < J; hj *= 2)
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-      if ((j & hj) == 0) {
-        const float a = v[j], b = v[j + hj];
-        v[j] = detail::add(a, b);
-        v[j + hj] = detail::sub(a, b);
-      }
 }
 
 // Rotation::forward / inverse on the warp's D = 32*J values (strided layout).

@@ -11,6 +11,7 @@
 #include "../../../packing/fp16_scales.hpp"
 #include "../../../packing/fp8_scales.hpp"
 #include "../../../rotation/hadamard.hpp"
+#include "../../warp/warp_fwht.cuh"
 #include "common.cuh"
 #include "fragments.cuh"
 #include "softmax.cuh"
@@ -32,17 +33,15 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
     const int gi = qg * max_group + row;
     const bool valid = gi < p.group;
     const QT* src = static_cast<const QT*>(p.q) + (static_cast<std::int64_t>(seq) * p.q_heads + kvh * p.group + gi) * D;
-    for (int d = lane; d < D; d += 32) v[d] = valid ? load_q<QT>(src + d) : 0.0f;
-    __syncwarp();
-    for (int h = 1; Rotate && h < D; h *= 2) {
-      for (int i = lane; i < D / 2; i += 32) {
-        const int a = (i / h) * 2 * h + (i % h);
-        const float x = v[a], y = v[a + h];
-        v[a] = x + y;
-        v[a + h] = x - y;
-      }
-      __syncwarp();
+    {
+      float x[D / 32];  // channel lane + 32 j
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) x[j] = valid ? load_q<QT>(src + lane + 32 * j) : 0.0f;
+      if constexpr (Rotate) kvtile::device::warp_fwht_unnormalized(x);
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) v[lane + 32 * j] = x[j];
     }
+    __syncwarp();
     float amax = 0.0f;
     for (int d = lane; d < D; d += 32) {
       const float x = Rotate ? __fmul_rn(__fmul_rn(v[d], kvtile::detail::hadamard_norm<D>::value), p.scale_log2)
