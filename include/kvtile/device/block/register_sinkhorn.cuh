@@ -64,6 +64,7 @@
 
 #include "../../detail/bits.hpp"
 #include "../../detail/fastmath.hpp"
+#include "../../detail/reduce.hpp"
 #include "../../normalization/sinkhorn.hpp"
 #include "../warp/warp_primitives.cuh"
 
@@ -329,9 +330,9 @@ struct register_sinkhorn {
   KVTILE_DEVICE static float row_std_own(const float (&cur)[MR][JC]) {
     float rp[MR], rm[MR];
     row_partials(cur, rp);
-    row_broadcast(detail::div(row_reduce(rp), static_cast<float>(C)), rm);
+    row_broadcast(detail::div_by<C>(row_reduce(rp)), rm);
     row_dev_partials(cur, rm, rp);
-    return detail::sqrt(detail::div(row_reduce(rp), static_cast<float>(C - 1)));
+    return detail::sqrt(detail::div_by<C - 1>(row_reduce(rp)));
   }
 
   // Publishes this warp's column partials p[j] (column lane + 32 j).
@@ -375,10 +376,10 @@ struct register_sinkhorn {
     }
     float rp[MR], rm[MR];
     row_partials(cur, rp);
-    const float rmean = detail::div(row_reduce(rp), static_cast<float>(C));
+    const float rmean = detail::div_by<C>(row_reduce(rp));
     __syncthreads();  // (1) partial sums published
     {
-      const float mean = detail::div(col_gather(sm), static_cast<float>(R));
+      const float mean = detail::div_by<R>(col_gather(sm));
       if (col_writer) sm.cmean[c_own] = mean;
     }
     __syncthreads();  // (2) column means published; part is free again
@@ -402,7 +403,7 @@ struct register_sinkhorn {
     row_broadcast(rmean, rm);
     row_dev_partials(cur, rm, rp);
     {
-      const float rsd = detail::sqrt(detail::div(row_reduce(rp), static_cast<float>(C - 1)));
+      const float rsd = detail::sqrt(detail::div_by<C - 1>(row_reduce(rp)));
       std::uint32_t lo, hi;
       warp_min_max_bits(rsd, lo, hi);
       if (lane == 0) {
@@ -412,7 +413,7 @@ struct register_sinkhorn {
     }
     __syncthreads();  // (3) squared-deviation partials and row min/max published
     {
-      const float csd = detail::sqrt(detail::div(col_gather(sm), static_cast<float>(R - 1)));
+      const float csd = detail::sqrt(detail::div_by<R - 1>(col_gather(sm)));
       std::uint32_t lo, hi;
       warp_min_max_bits(csd, lo, hi);
       if (lane == 0) {

@@ -437,7 +437,7 @@ struct page_decoder {
   // host's operation order (warp_fwht.cuh, chunked layout: v[q][i] is channel
   // 8 (p + P q) + i), then the multiplication by hadamard_norm.
   KVTILE_DEVICE static void inverse_fwht(float (&v)[Q][8]) {
-    lane_fwht_unnormalized<P>(v);
+    lane_fwht_unnormalized<P, fwht_lane_op::signed_fma>(v);  // memory-bound kernel: fewer instructions
 #pragma unroll
     for (int q = 0; q < Q; ++q)
 #pragma unroll

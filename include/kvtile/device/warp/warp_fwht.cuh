@@ -13,10 +13,14 @@
 //   blocked (element E lane + e): P = 32, LO = E (attention combine);
 //   chunked (element 8 (p + P q) + i, v[q][i]): P = D / 32, LO = 8
 //     (dequantize_pages).
-// A lane stage computes fma(x, s, o), s = +1 in the lane holding a (a + b),
-// -1 in the one holding b (a + (-b) = a - b): x s is exact, so this is one
-// rounding of add / sub's exact value, the same bits (signed zeros included)
-// in one instruction.
+// A lane stage (partner value o, own value x) computes, by LaneOp:
+//  * select: add(x, o) in the lane holding a, sub(o, x) in the one holding b
+//    (the host's add / sub; the lane's half is a predicate, no register);
+//  * signed_fma: fma(x, s, o), s = +1 / -1: x s is exact, so this is one
+//    rounding of add / sub's exact value, the same bits (signed zeros
+//    included) in one instruction, but the signs take registers.
+// Both give the host's bits; the choice is register pressure against
+// instructions (the encode loaders at 64 registers spill with signed_fma).
 // CUDA only (.cuh).
 #pragma once
 
@@ -43,8 +47,10 @@ KVTILE_DEVICE void register_stages(float (&v)[N]) {
 }
 }  // namespace fwht_detail
 
+enum class fwht_lane_op { select, signed_fma };
+
 // Unnormalized FWHT of the line in v (layout above), host stage order.
-template <int P, int LO, int N>
+template <int P, int LO, fwht_lane_op LaneOp = fwht_lane_op::select, int N>
 KVTILE_DEVICE void lane_fwht_unnormalized(float (&v)[N]) {
   static_assert(LO >= 1 && (LO & (LO - 1)) == 0 && N % LO == 0 && ((N / LO) & (N / LO - 1)) == 0,
                 "lane_fwht: LO and N / LO must be powers of two");
@@ -55,11 +61,12 @@ KVTILE_DEVICE void lane_fwht_unnormalized(float (&v)[N]) {
   const int lane = static_cast<int>(threadIdx.x & 31u);
 #pragma unroll
   for (int m = 1; m < P; m *= 2) {
-    const float s = (lane & m) ? -1.0f : 1.0f;
+    const bool high = (lane & m) != 0;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const float o = __shfl_xor_sync(0xffffffffu, v[k], m);
-      v[k] = ::kvtile::detail::fma(v[k], s, o);
+      if constexpr (LaneOp == fwht_lane_op::signed_fma) v[k] = ::kvtile::detail::fma(v[k], high ? -1.0f : 1.0f, o);
+      else v[k] = high ? ::kvtile::detail::sub(o, v[k]) : ::kvtile::detail::add(v[k], o);
     }
   }
   // h >= LO P: register bits of q (register stride LO m).
@@ -67,14 +74,14 @@ KVTILE_DEVICE void lane_fwht_unnormalized(float (&v)[N]) {
 }
 
 // Two-dimensional registers v[q][i] (register k = i + LO q), e.g. chunks of 8.
-template <int P, int HI, int LO>
+template <int P, fwht_lane_op LaneOp = fwht_lane_op::select, int HI, int LO>
 KVTILE_DEVICE void lane_fwht_unnormalized(float (&v)[HI][LO]) {
   float f[HI * LO];
 #pragma unroll
   for (int q = 0; q < HI; ++q)
 #pragma unroll
     for (int i = 0; i < LO; ++i) f[i + LO * q] = v[q][i];
-  lane_fwht_unnormalized<P, LO>(f);
+  lane_fwht_unnormalized<P, LO, LaneOp>(f);
 #pragma unroll
   for (int q = 0; q < HI; ++q)
 #pragma unroll

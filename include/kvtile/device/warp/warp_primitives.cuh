@@ -16,13 +16,12 @@
 // CUDA only (.cuh).
 #pragma once
 
-#include <cub/warp/warp_reduce.cuh>
-
 #include <climits>
 #include <cstdint>
 
 #include "../../config.hpp"
 #include "../../detail/bits.hpp"
+#include "../../detail/reduce.hpp"
 #include "../../rotation/hadamard.hpp"
 #include "warp_fwht.cuh"
 
@@ -62,40 +61,30 @@ KVTILE_DEVICE float warp_canonical_std(const float (&x)[J]) {
   float t[J];
 #pragma unroll
   for (int j = 0; j < J; ++j) t[j] = x[j];
-  const float mean = detail::div(warp_tree_sum(t), static_cast<float>(n));
+  const float mean = detail::div_by<n>(warp_tree_sum(t));
 #pragma unroll
   for (int j = 0; j < J; ++j) {
     const float d = detail::sub(x[j], mean);
     t[j] = detail::mul(d, d);
   }
-  return detail::sqrt(detail::div(warp_tree_sum(t), static_cast<float>(n - 1)));
+  return detail::sqrt(detail::div_by<n - 1>(warp_tree_sum(t)));
 }
 
-// op over one value per lane, in every lane: cub::WarpReduce (for a full warp
-// the shuffle specialization, no shared memory; on sm_80+ 32-bit integer
-// min / max / sum are one redux.sync), the aggregate broadcast from lane 0.
-// For ORDER-FREE operations only: CUB's pairing is not the canonical order.
-template <class T, class Op>
-KVTILE_DEVICE T warp_all_reduce(T v, Op op) {
-  using warp_reduce = cub::WarpReduce<T>;
-  typename warp_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
-  return __shfl_sync(full_warp_mask, warp_reduce(unused).Reduce(v, op), 0);
+// Max / min of one value per lane, in every lane (order-independent: use only
+// where no signed-zero tie can differ and no value is NaN, e.g. non-negative
+// values that are never -0). Hand-written xor butterflies: every lane needs
+// the result, and cub::WarpReduce (aggregate in lane 0, shuffle-down tree plus
+// a broadcast) costs registers: the 64-register g64 encodes spill with it.
+KVTILE_DEVICE float warp_fmax(float v) {
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) v = detail::fmax(v, __shfl_xor_sync(full_warp_mask, v, o));
+  return v;
 }
-
-namespace detail {
-struct fmax_op {
-  KVTILE_DEVICE float operator()(float a, float b) const { return detail::fmax(a, b); }
-};
-struct fmin_op {
-  KVTILE_DEVICE float operator()(float a, float b) const { return detail::fmin(a, b); }
-};
-}  // namespace detail
-
-// Max / min of one value per lane (order-independent: use only where no
-// signed-zero tie can differ and no value is NaN, e.g. non-negative values
-// that are never -0).
-KVTILE_DEVICE float warp_fmax(float v) { return warp_all_reduce(v, detail::fmax_op{}); }
-KVTILE_DEVICE float warp_fmin(float v) { return warp_all_reduce(v, detail::fmin_op{}); }
+KVTILE_DEVICE float warp_fmin(float v) {
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) v = detail::fmin(v, __shfl_xor_sync(full_warp_mask, v, o));
+  return v;
+}
 
 namespace detail {
 KVTILE_DEVICE float float_from_order_key(std::int32_t k, std::uint32_t zero_sign) {
@@ -124,6 +113,8 @@ KVTILE_DEVICE std::uint32_t first_zero_sign(const float (&x)[J]) {
 
 // detail::min_max over the warp's line (NaN-free input): bit-identical to the
 // host's sequential first-wins scan. Integer keys, so also exact under -ftz.
+// (__reduce_*_sync directly: every lane needs the extremes, CUB's WarpReduce
+// returns them in lane 0 only.)
 template <int J>
 KVTILE_DEVICE void warp_line_min_max(const float (&x)[J], float& lo, float& hi) {
   std::int32_t kmin = INT_MAX, kmax = INT_MIN;

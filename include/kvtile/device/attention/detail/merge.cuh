@@ -171,7 +171,8 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
 #pragma unroll
   for (int e = 0; e < E; ++e) o[e] = l > 0.0f ? o[e] * inv : 0.0f;
   if constexpr (Rotated) {
-    kvtile::device::lane_fwht_unnormalized<32, E>(o);  // warp_fwht.cuh, blocked layout
+    using kvtile::device::fwht_lane_op;
+    kvtile::device::lane_fwht_unnormalized<32, E, fwht_lane_op::signed_fma>(o);  // warp_fwht.cuh, blocked layout
 #pragma unroll
     for (int e = 0; e < E; ++e) o[e] = __fmul_rn(o[e], kvtile::detail::hadamard_norm<D>::value);
   }
