@@ -33,15 +33,17 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
     const int gi = qg * max_group + row;
     const bool valid = gi < p.group;
     const QT* src = static_cast<const QT*>(p.q) + (static_cast<std::int64_t>(seq) * p.q_heads + kvh * p.group + gi) * D;
-    {
-      float x[D / 32];  // channel lane + 32 j
+    for (int d = lane; d < D; d += 32) v[d] = valid ? load_q<QT>(src + d) : 0.0f;
+    __syncwarp();
+    if constexpr (Rotate) {  // warp_fwht.cuh, strided layout: x[j] = channel lane + 32 j
+      float x[D / 32];
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j) x[j] = valid ? load_q<QT>(src + lane + 32 * j) : 0.0f;
-      if constexpr (Rotate) kvtile::device::warp_fwht_unnormalized(x);
+      for (int j = 0; j < D / 32; ++j) x[j] = v[lane + 32 * j];
+      kvtile::device::warp_fwht_unnormalized(x);
 #pragma unroll
       for (int j = 0; j < D / 32; ++j) v[lane + 32 * j] = x[j];
+      __syncwarp();
     }
-    __syncwarp();
     float amax = 0.0f;
     for (int d = lane; d < D; d += 32) {
       const float x = Rotate ? __fmul_rn(__fmul_rn(v[d], kvtile::detail::hadamard_norm<D>::value), p.scale_log2)
