@@ -268,15 +268,6 @@ struct register_sinkhorn {
   }
   KVTILE_DEVICE static std::uint32_t umax(std::uint32_t a, std::uint32_t b) { return a > b ? a : b; }
 
-  // Min and max of the float bits of a non-negative value over the warp, valid
-  // in lane 0 (cub::WarpReduce: one redux.sync each on sm_80+).
-  KVTILE_DEVICE static void warp_min_max_bits(float x, std::uint32_t& lo, std::uint32_t& hi) {
-    using warp_reduce = cub::WarpReduce<std::uint32_t>;
-    typename warp_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
-    lo = warp_reduce(unused).Reduce(detail::float_bits(x), ::cuda::minimum<>{});
-    hi = warp_reduce(unused).Reduce(detail::float_bits(x), ::cuda::maximum<>{});
-  }
-
   // v[a]: this lane's partial of row slot a ^ s over its positions. Returns the
   // full canonical row sum of the lane's own row slot s (see the file comment).
   // Hand-written: canonical order (decides bytes) and a reduce-scatter.
@@ -405,7 +396,7 @@ struct register_sinkhorn {
     {
       const float rsd = detail::sqrt(detail::div_by<C - 1>(row_reduce(rp)));
       std::uint32_t lo, hi;
-      warp_min_max_bits(rsd, lo, hi);
+      warp_min_max_bits_lane0(rsd, rsd, lo, hi);
       if (lane == 0) {
         sm.mm[2][warp] = lo;
         sm.mm[3][warp] = hi;
@@ -415,7 +406,7 @@ struct register_sinkhorn {
     {
       const float csd = detail::sqrt(detail::div_by<R - 1>(col_gather(sm)));
       std::uint32_t lo, hi;
-      warp_min_max_bits(csd, lo, hi);
+      warp_min_max_bits_lane0(csd, csd, lo, hi);
       if (lane == 0) {
         sm.mm[0][warp] = lo;
         sm.mm[1][warp] = hi;

@@ -16,6 +16,9 @@
 // CUDA only (.cuh).
 #pragma once
 
+#include <cub/warp/warp_reduce.cuh>
+#include <cuda/functional>
+
 #include <climits>
 #include <cstdint>
 
@@ -84,6 +87,17 @@ KVTILE_DEVICE float warp_fmin(float v) {
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) v = detail::fmin(v, __shfl_xor_sync(full_warp_mask, v, o));
   return v;
+}
+
+// Bits of the warp's minimum of `lo_in` and maximum of `hi_in`, valid in lane
+// 0, for non-negative, non-NaN floats that are never -0 (standard deviations:
+// unsigned order of the bits is their order, so any pairing gives the same
+// result): cub::WarpReduce, one redux.sync each on sm_80+.
+KVTILE_DEVICE void warp_min_max_bits_lane0(float lo_in, float hi_in, std::uint32_t& lo, std::uint32_t& hi) {
+  using warp_reduce = cub::WarpReduce<std::uint32_t>;
+  typename warp_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
+  lo = warp_reduce(unused).Reduce(detail::float_bits(lo_in), ::cuda::minimum<>{});
+  hi = warp_reduce(unused).Reduce(detail::float_bits(hi_in), ::cuda::maximum<>{});
 }
 
 namespace detail {
