@@ -139,3 +139,51 @@ TEST_CASE("reduce: canonical_col_std equals canonical_std of each column, bit fo
     CHECK(mismatches == 0);
   }
 }
+
+namespace {
+// div_by<N>(x) against an independent IEEE division, for random bit patterns
+// (every exponent: subnormal results, overflow-free large values, zeros, Inf,
+// NaN) and the edges. Returns the number of mismatches.
+template <int N>
+int div_by_mismatches(kvtest::rng& r) {
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 1e-45f, -1e-45f, 1.1754942e-38f, 1.17549435e-38f,
+                           3.4028235e38f, -3.4028235e38f, std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (int i = 0; i < 200000; ++i) xs.push_back(kvtest::float_of(static_cast<std::uint32_t>(r.next())));
+  // Results near the subnormal boundary, where a quotient rounds at reduced precision.
+  for (int i = 0; i < 20000; ++i)
+    xs.push_back(kvtest::float_of((static_cast<std::uint32_t>(r.next()) & 0x81ffffffu) |
+                                  (static_cast<std::uint32_t>(r.below(8)) << 23)));
+  int bad = 0;
+  for (float x : xs) {
+    volatile float n = static_cast<float>(N);  // a real division, whatever the optimizer knows
+    const float want = x / n;
+    const float got = kvtile::detail::div_by<N>(x);
+    if (std::isnan(want) ? !std::isnan(got) : kvtest::bits_of(got) != kvtest::bits_of(want)) ++bad;
+  }
+  return bad;
+}
+}  // namespace
+
+TEST_CASE("reduce: div_by<N> equals the IEEE division bit for bit (powers of two multiply)") {
+  kvtest::rng r(13);
+  CHECK(div_by_mismatches<1>(r) == 0);
+  CHECK(div_by_mismatches<2>(r) == 0);
+  CHECK(div_by_mismatches<32>(r) == 0);
+  CHECK(div_by_mismatches<64>(r) == 0);
+  CHECK(div_by_mismatches<128>(r) == 0);
+  CHECK(div_by_mismatches<256>(r) == 0);
+  CHECK(div_by_mismatches<4096>(r) == 0);
+  CHECK(div_by_mismatches<63>(r) == 0);
+  CHECK(div_by_mismatches<127>(r) == 0);
+  CHECK(div_by_mismatches<255>(r) == 0);
+  // A multiplication by a reciprocal that is NOT exact does differ: the
+  // power-of-two condition is what makes div_by exact.
+  int differs = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const float x = kvtest::float_of(static_cast<std::uint32_t>(r.next()) & 0x7f7fffffu);
+    volatile float n = 127.0f;
+    if (kvtest::bits_of(kvtile::detail::mul(x, 1.0f / 127.0f)) != kvtest::bits_of(x / n)) ++differs;
+  }
+  CHECK(differs > 0);
+}

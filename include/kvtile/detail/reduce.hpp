@@ -20,6 +20,22 @@ KVTILE_HOST_DEVICE float tree_sum_inplace(float* v, int n) {
   return v[0];
 }
 
+// div(x, N) for a compile-time count N (the divisions of a mean or a
+// variance). For N = 2^k it is mul(x, 2^-k): 2^-k is exact, and the IEEE
+// quotient x / 2^k and product x 2^-k are the same real number rounded once,
+// so the bits agree for every x (subnormal results, zeros, Inf, NaN
+// included). The device uses it: one multiplication instead of a division
+// sequence.
+template <int N>
+KVTILE_HOST_DEVICE float div_by(float x) {
+  static_assert(N >= 1 && N <= (1 << 30), "div_by: count out of range");
+  if constexpr ((N & (N - 1)) == 0) {
+    return mul(x, 1.0f / static_cast<float>(N));
+  } else {
+    return div(x, static_cast<float>(N));
+  }
+}
+
 // Unbiased standard deviation of v[0..n) (n >= 2, power of two) in canonical
 // order: mean = tree(v) / n; var = tree((v - mean)^2) / (n - 1). tmp holds n floats.
 KVTILE_HOST_DEVICE float canonical_std(const float* v, int n, float* tmp) {

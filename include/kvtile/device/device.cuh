@@ -1,5 +1,6 @@
 // kvtile/device/device.cuh: umbrella for the CUDA device layer (needs nvcc).
-//   warp/warp_primitives.cuh    canonical-order warp sums, stds, min/max, FWHT
+//   warp/warp_primitives.cuh    canonical-order warp sums, stds, min/max, rotation
+//   warp/warp_fwht.cuh          the device FWHT (every lane layout; host stage order)
 //   block/block_tile_codec.cuh  block_tile_codec (encode) and block_tile_decoder
 //   paged/append.cuh            one token per sequence into the paged cache
 //   paged/prefill.cuh           ragged prefill into the paged cache
@@ -14,4 +15,5 @@
 #include "paged/dequantize_pages.cuh"
 #include "paged/prefill.cuh"
 #include "paged/sequence_pack.cuh"
+#include "warp/warp_fwht.cuh"
 #include "warp/warp_primitives.cuh"

@@ -330,7 +330,8 @@ class block_tile_codec {
   template <bool Key>
   KVTILE_DEVICE void row_stds() { line_stds<Key, false>(); }
 
-  // imb of method.md section 2, computed by warp 0 (values are >= +0: order free).
+  // imb of method.md section 2, computed by warp 0, valid in its lane 0
+  // (values are >= +0: order free).
   template <bool Key>
   KVTILE_DEVICE float imbalance_warp0() const {
     constexpr int R = Key ? D : G, C = Key ? G : D;
@@ -344,11 +345,11 @@ class block_tile_codec {
       rmin = detail::fmin(rmin, s_.sk.slow.row_std[i]);
       rmax = detail::fmax(rmax, s_.sk.slow.row_std[i]);
     }
-    cmin = warp_fmin(cmin);
-    cmax = warp_fmax(cmax);
-    rmin = warp_fmin(rmin);
-    rmax = warp_fmax(rmax);
-    return detail::add(detail::imbalance_term(cmax, cmin), detail::imbalance_term(rmax, rmin));
+    std::uint32_t c0, c1, r0, r1;  // stds: >= +0, never -0 or NaN
+    warp_min_max_bits_lane0(cmin, cmax, c0, c1);
+    warp_min_max_bits_lane0(rmin, rmax, r0, r1);
+    return detail::add(detail::imbalance_term(detail::float_from_bits(c1), detail::float_from_bits(c0)),
+                       detail::imbalance_term(detail::float_from_bits(r1), detail::float_from_bits(r0)));
   }
 
   // sinkhorn<N>::run on the shared tile; leaves the best column scale in best_col.

@@ -41,8 +41,13 @@
 //    update are computed by the owners, the reciprocal 1/e^Lc is broadcast
 //    through shared memory.
 //  * imbalance: min/max of non-negative, non-NaN stds (never -0: sqrt of a
-//    sum of squares), so order-free; done on the float bits with redux.sync
-//    (for non-negative floats, unsigned order == float order).
+//    sum of squares), so order-free; done on the float bits (for non-negative
+//    floats, unsigned order == float order): per warp by cub::WarpReduce
+//    (redux.sync on sm_80+), across the warps' partials by __reduce_*_sync
+//    directly, where every lane needs the result (CUB's is lane 0's).
+// The float sums (row_reduce, col_gather, tree) stay hand-written: their
+// order decides bytes. row_reduce_with is a reduce-scatter (each lane keeps a
+// different row), which no CUB warp primitive does.
 //
 // Per iteration (sinkhorn.hpp): column update (done eagerly at the end of the
 // previous statistics pass, by the owners), rescale, row stds (warp-local),
@@ -52,10 +57,14 @@
 
 #include "../../config.hpp"
 
+#include <cub/warp/warp_reduce.cuh>
+#include <cuda/functional>
+
 #include <cstdint>
 
 #include "../../detail/bits.hpp"
 #include "../../detail/fastmath.hpp"
+#include "../../detail/reduce.hpp"
 #include "../../normalization/sinkhorn.hpp"
 #include "../warp/warp_primitives.cuh"
 
@@ -123,7 +132,7 @@ struct register_sinkhorn {
   }
 
   // Helpers of the register scale / code stages (block_tile_codec). Unlike the
-  // sums above, the reductions below are ORDER-FREE (integer min / max), so
+  // sums below, the reductions here are ORDER-FREE (integer min / max), so
   // any pairing gives the host's result.
 
   // v[a]: this lane's value for row slot a ^ s (already reduced over its JC
@@ -142,8 +151,8 @@ struct register_sinkhorn {
   KVTILE_DEVICE static int col_own() { return static_cast<int>(threadIdx.x) / Q; }
   KVTILE_DEVICE static bool col_writer() { return static_cast<int>(threadIdx.x) % Q == 0; }
 
-  // Bits of max |x| over the R rows of the owned column, in its Q owners
-  // (+0 -> 0). For non-NaN floats, unsigned order of (bits & 0x7fffffff) is
+  // Bits of max |x| over the R rows of the owned column, valid in its writer
+  // (col_writer(): the first of the Q owners) (+0 -> 0). For non-NaN floats, unsigned order of (bits & 0x7fffffff) is
   // the order of |x|, and the host's fmax chain from +0 ends with the largest
   // magnitude as a non-negative float (-0 never wins against +0), so this is
   // the host's value bit for bit. Contains one block barrier; sm.part is
@@ -164,8 +173,11 @@ struct register_sinkhorn {
     std::uint32_t m = 0u;
 #pragma unroll
     for (int i = 0; i < JC; ++i) m = umax(m, detail::float_bits(sm.part[(q + Q * i) * CS + c]));
-#pragma unroll
-    for (int b = Q / 2; b >= 1; b /= 2) m = umax(m, __shfl_xor_sync(full_warp_mask, m, b));
+    if constexpr (Q > 1) {  // over the Q owners (a logical warp; redux.sync on sm_80+)
+      using owner_reduce = cub::WarpReduce<std::uint32_t, Q>;
+      typename owner_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
+      m = owner_reduce(unused).Reduce(m, ::cuda::maximum<>{});
+    }
     return m;
   }
 
@@ -215,7 +227,8 @@ struct register_sinkhorn {
   }
 
  private:
-  // In-place halving-tree sum of N lane-local values (destroys v). Stages are
+  // In-place halving-tree sum of N lane-local values (destroys v); canonical
+  // order (it decides bytes), so hand-written. Stages are
   // template-recursive so every index is a compile-time constant (a loop the
   // unroller leaves rolled would put v in local memory).
   template <int H, int N>
@@ -257,6 +270,7 @@ struct register_sinkhorn {
 
   // v[a]: this lane's partial of row slot a ^ s over its positions. Returns the
   // full canonical row sum of the lane's own row slot s (see the file comment).
+  // Hand-written: canonical order (decides bytes) and a reduce-scatter.
   KVTILE_DEVICE static float row_reduce(float (&v)[MR]) {
     scatter_stages<0>(v);
     float s = v[0];
@@ -307,9 +321,9 @@ struct register_sinkhorn {
   KVTILE_DEVICE static float row_std_own(const float (&cur)[MR][JC]) {
     float rp[MR], rm[MR];
     row_partials(cur, rp);
-    row_broadcast(detail::div(row_reduce(rp), static_cast<float>(C)), rm);
+    row_broadcast(detail::div_by<C>(row_reduce(rp)), rm);
     row_dev_partials(cur, rm, rp);
-    return detail::sqrt(detail::div(row_reduce(rp), static_cast<float>(C - 1)));
+    return detail::sqrt(detail::div_by<C - 1>(row_reduce(rp)));
   }
 
   // Publishes this warp's column partials p[j] (column lane + 32 j).
@@ -319,7 +333,7 @@ struct register_sinkhorn {
     for (int j = 0; j < JC; ++j) sm.part[warp * CS + lane + 32 * j] = p[j];
   }
   // After a barrier: the full canonical column sum of the owned column, in
-  // each of its Q owner threads. Bank-conflict free: lane l reads
+  // each of its Q owner threads (hand-written: the order decides bytes). Bank-conflict free: lane l reads
   // (l % Q) * CS + l / Q + const with CS = 32 / Q (mod 32).
   KVTILE_DEVICE static float col_gather(const storage& sm) {
     const int t = static_cast<int>(threadIdx.x);
@@ -353,10 +367,10 @@ struct register_sinkhorn {
     }
     float rp[MR], rm[MR];
     row_partials(cur, rp);
-    const float rmean = detail::div(row_reduce(rp), static_cast<float>(C));
+    const float rmean = detail::div_by<C>(row_reduce(rp));
     __syncthreads();  // (1) partial sums published
     {
-      const float mean = detail::div(col_gather(sm), static_cast<float>(R));
+      const float mean = detail::div_by<R>(col_gather(sm));
       if (col_writer) sm.cmean[c_own] = mean;
     }
     __syncthreads();  // (2) column means published; part is free again
@@ -380,9 +394,9 @@ struct register_sinkhorn {
     row_broadcast(rmean, rm);
     row_dev_partials(cur, rm, rp);
     {
-      const float rsd = detail::sqrt(detail::div(row_reduce(rp), static_cast<float>(C - 1)));
-      const std::uint32_t lo = __reduce_min_sync(full_warp_mask, detail::float_bits(rsd));
-      const std::uint32_t hi = __reduce_max_sync(full_warp_mask, detail::float_bits(rsd));
+      const float rsd = detail::sqrt(detail::div_by<C - 1>(row_reduce(rp)));
+      std::uint32_t lo, hi;
+      warp_min_max_bits_lane0(rsd, rsd, lo, hi);
       if (lane == 0) {
         sm.mm[2][warp] = lo;
         sm.mm[3][warp] = hi;
@@ -390,9 +404,9 @@ struct register_sinkhorn {
     }
     __syncthreads();  // (3) squared-deviation partials and row min/max published
     {
-      const float csd = detail::sqrt(detail::div(col_gather(sm), static_cast<float>(R - 1)));
-      const std::uint32_t lo = __reduce_min_sync(full_warp_mask, detail::float_bits(csd));
-      const std::uint32_t hi = __reduce_max_sync(full_warp_mask, detail::float_bits(csd));
+      const float csd = detail::sqrt(detail::div_by<R - 1>(col_gather(sm)));
+      std::uint32_t lo, hi;
+      warp_min_max_bits_lane0(csd, csd, lo, hi);
       if (lane == 0) {
         sm.mm[0][warp] = lo;
         sm.mm[1][warp] = hi;

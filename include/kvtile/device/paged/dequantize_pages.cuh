@@ -31,10 +31,11 @@
 //    channels of one token (b bytes) and stores them as 16 bytes.
 //  * frame::original (non-identity rotation): each token row is held by P
 //    consecutive lanes, lane p owning Q = 4 chunks of 8 channels,
-//    v[q][i] = channel 8 (p + P q) + i. The FWHT stages run in the host's order
-//    (h = 1, 2, 4 inside a chunk; h = 8 .. 4P across the P lanes with
-//    __shfl_xor_sync; h = 8P .. D/2 across the lane's chunks), then the
-//    normalization, so every value sees the host's exact operation sequence;
+//    v[q][i] = channel 8 (p + P q) + i. The FWHT (warp_fwht.cuh, chunked
+//    layout) runs the stages in the host's order (h = 1, 2, 4 inside a chunk;
+//    h = 8 .. 4P across the P lanes with __shfl_xor_sync; h = 8P .. D/2
+//    across the lane's chunks), then the normalization, so every value sees
+//    the host's exact operation sequence;
 //    the chunk layout keeps the stores coalesced. Keys first go through a
 //    shared fp32 transpose (C tokens at a time). The randomized sign is folded
 //    into c_V (values: exact) and applied to the key products (exact).
@@ -52,6 +53,7 @@
 #include <type_traits>
 
 #include "../../rotation/hadamard.hpp"
+#include "../warp/warp_fwht.cuh"
 #include "paged_common.cuh"
 
 KVTILE_NAMESPACE_BEGIN
@@ -415,7 +417,7 @@ struct page_decoder {
             const int c = 2 * (p + P * q);
             unpack8(s.x[x_chunk(r, c)], s.x[x_chunk(r, c + 1)], v[q]);
           }
-          inverse_fwht(v, p);
+          inverse_fwht(v);
           store_row(base + RPASS * rr * D, v);
         }
       }
@@ -432,49 +434,10 @@ struct page_decoder {
   }
 
   // Codec::rotation::inverse on one token row (signs already applied), the
-  // host's operation order: detail::fwht_unnormalized stages h = 1, 2, 4, ...,
-  // D/2 with v[i] = add(a, b), v[i+h] = sub(a, b), then mul by hadamard_norm.
-  // v[q][i] is channel 8 (p + P q) + i: index bits 0-2 are i, the next
-  // log2(P) bits are p (the lane), the top bits are q.
-  KVTILE_DEVICE static void inverse_fwht(float (&v)[Q][8], int p) {
-    // h = 1, 2, 4: inside a chunk.
-#pragma unroll
-    for (int h = 1; h < 8; h *= 2)
-#pragma unroll
-      for (int q = 0; q < Q; ++q)
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          if ((i & h) == 0) {
-            const float a = v[q][i], b = v[q][i + h];
-            v[q][i] = detail::add(a, b);
-            v[q][i + h] = detail::sub(a, b);
-          }
-    // h = 8 m, m = 1 .. P/2: the partner is lane p ^ m, holding the same slots.
-    // Lower lane: fma(a, 1, b) = add(a, b); upper lane: fma(b, -1, a) =
-    // a + (-b) = sub(a, b) (both one rounding of the same exact value).
-#pragma unroll
-    for (int m = 1; m < P; m *= 2) {
-      const float sg = (p & m) ? -1.0f : 1.0f;
-#pragma unroll
-      for (int q = 0; q < Q; ++q)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float o = __shfl_xor_sync(full_warp_mask, v[q][i], m);
-          v[q][i] = detail::fma(v[q][i], sg, o);
-        }
-    }
-    // h = 8 P m, m = 1 .. Q/2: across the lane's chunks.
-#pragma unroll
-    for (int m = 1; m < Q; m *= 2)
-#pragma unroll
-      for (int q = 0; q < Q; ++q)
-        if ((q & m) == 0)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const float a = v[q][i], b = v[q + m][i];
-            v[q][i] = detail::add(a, b);
-            v[q + m][i] = detail::sub(a, b);
-          }
+  // host's operation order (warp_fwht.cuh, chunked layout: v[q][i] is channel
+  // 8 (p + P q) + i), then the multiplication by hadamard_norm.
+  KVTILE_DEVICE static void inverse_fwht(float (&v)[Q][8]) {
+    lane_fwht_unnormalized<P, fwht_lane_op::signed_fma>(v);  // memory-bound kernel: fewer instructions
 #pragma unroll
     for (int q = 0; q < Q; ++q)
 #pragma unroll
@@ -531,7 +494,7 @@ struct page_decoder {
 #pragma unroll
           for (int i = 0; i < 8; ++i) v[q][i] = detail::mul(detail::fma(cf[i], az.x, az.y), c[q][i]);
         }
-        if constexpr (rotate) inverse_fwht(v, p);
+        if constexpr (rotate) inverse_fwht(v);
         store_row(base + RPASS * rr * D, v);
       }
       cur = next;

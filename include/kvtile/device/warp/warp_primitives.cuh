@@ -7,20 +7,26 @@
 //    lane-local (j-halving), strides 16..1 as __shfl_xor_sync butterflies
 //    (IEEE addition is commutative, so both lanes of a butterfly hold the value
 //    the host computes at the lower index, and every lane ends with the sum);
-//  * the FWHT stages h = 1, 2, 4, ... of rotation/hadamard.hpp are shuffles for
-//    h < 32 and lane-local butterflies for h >= 32, in the host's stage order;
+//  * the FWHT (warp_fwht.cuh, warp_fwht_unnormalized) runs the stages h = 1,
+//    2, 4, ... of rotation/hadamard.hpp as shuffles for h < 32 and lane-local
+//    butterflies for h >= 32, in the host's stage order;
 //  * min/max follow detail::min_max exactly, including which zero (+0 or -0)
 //    wins: the host keeps the FIRST element (lowest index) that reaches the
 //    extreme, so a zero extreme takes the sign of the first zero.
 // CUDA only (.cuh).
 #pragma once
 
+#include <cub/warp/warp_reduce.cuh>
+#include <cuda/functional>
+
 #include <climits>
 #include <cstdint>
 
 #include "../../config.hpp"
 #include "../../detail/bits.hpp"
+#include "../../detail/reduce.hpp"
 #include "../../rotation/hadamard.hpp"
+#include "warp_fwht.cuh"
 
 KVTILE_NAMESPACE_BEGIN
 namespace device {
@@ -37,7 +43,8 @@ inline constexpr unsigned full_warp_mask = 0xffffffffu;
 KVTILE_DEVICE int lane_id() { return static_cast<int>(threadIdx.x & 31u); }
 
 // Canonical halving-tree sum of the 32*J values of the warp (destroys v).
-// Every lane returns the sum.
+// Every lane returns the sum. Hand-written: the order decides bytes (CUB's
+// WarpReduce pairs in its own order).
 template <int J>
 KVTILE_DEVICE float warp_tree_sum(float (&v)[J]) {
 #pragma unroll
@@ -57,17 +64,20 @@ KVTILE_DEVICE float warp_canonical_std(const float (&x)[J]) {
   float t[J];
 #pragma unroll
   for (int j = 0; j < J; ++j) t[j] = x[j];
-  const float mean = detail::div(warp_tree_sum(t), static_cast<float>(n));
+  const float mean = detail::div_by<n>(warp_tree_sum(t));
 #pragma unroll
   for (int j = 0; j < J; ++j) {
     const float d = detail::sub(x[j], mean);
     t[j] = detail::mul(d, d);
   }
-  return detail::sqrt(detail::div(warp_tree_sum(t), static_cast<float>(n - 1)));
+  return detail::sqrt(detail::div_by<n - 1>(warp_tree_sum(t)));
 }
 
-// Max / min of one value per lane (order-independent: use only where no
-// signed-zero tie can differ, e.g. non-negative values that are never -0).
+// Max / min of one value per lane, in every lane (order-independent: use only
+// where no signed-zero tie can differ and no value is NaN, e.g. non-negative
+// values that are never -0). Hand-written xor butterflies: every lane needs
+// the result, and cub::WarpReduce (aggregate in lane 0, shuffle-down tree plus
+// a broadcast) costs registers: the 64-register g64 encodes spill with it.
 KVTILE_DEVICE float warp_fmax(float v) {
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) v = detail::fmax(v, __shfl_xor_sync(full_warp_mask, v, o));
@@ -77,6 +87,17 @@ KVTILE_DEVICE float warp_fmin(float v) {
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) v = detail::fmin(v, __shfl_xor_sync(full_warp_mask, v, o));
   return v;
+}
+
+// Bits of the warp's minimum of `lo_in` and maximum of `hi_in`, valid in lane
+// 0, for non-negative, non-NaN floats that are never -0 (standard deviations:
+// unsigned order of the bits is their order, so any pairing gives the same
+// result): cub::WarpReduce, one redux.sync each on sm_80+.
+KVTILE_DEVICE void warp_min_max_bits_lane0(float lo_in, float hi_in, std::uint32_t& lo, std::uint32_t& hi) {
+  using warp_reduce = cub::WarpReduce<std::uint32_t>;
+  typename warp_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
+  lo = warp_reduce(unused).Reduce(detail::float_bits(lo_in), ::cuda::minimum<>{});
+  hi = warp_reduce(unused).Reduce(detail::float_bits(hi_in), ::cuda::maximum<>{});
 }
 
 namespace detail {
@@ -106,6 +127,8 @@ KVTILE_DEVICE std::uint32_t first_zero_sign(const float (&x)[J]) {
 
 // detail::min_max over the warp's line (NaN-free input): bit-identical to the
 // host's sequential first-wins scan. Integer keys, so also exact under -ftz.
+// (__reduce_*_sync directly: every lane needs the extremes, CUB's WarpReduce
+// returns them in lane 0 only.)
 template <int J>
 KVTILE_DEVICE void warp_line_min_max(const float (&x)[J], float& lo, float& hi) {
   std::int32_t kmin = INT_MAX, kmax = INT_MIN;
@@ -121,31 +144,6 @@ KVTILE_DEVICE void warp_line_min_max(const float (&x)[J], float& lo, float& hi) 
   if (kmin == 0 || kmax == 0) zs = detail::first_zero_sign(x);  // warp-uniform branch
   lo = detail::float_from_order_key(kmin, zs);
   hi = detail::float_from_order_key(kmax, zs);
-}
-
-// Unnormalized FWHT of the warp's D = 32*J values, host stage order
-// (detail::fwht_unnormalized): stages h = 1..16 by shuffles, h >= 32 lane-local.
-template <int J>
-KVTILE_DEVICE void warp_fwht_unnormalized(float (&v)[J]) {
-  const int lane = lane_id();
-#pragma unroll
-  for (int h = 1; h < 32; h *= 2) {
-    const bool high = (lane & h) != 0;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const float o = __shfl_xor_sync(full_warp_mask, v[j], h);
-      v[j] = high ? detail::sub(o, v[j]) : detail::add(v[j], o);
-    }
-  }
-#pragma unroll
-  for (int hj = 1; hj < J; hj *= 2)
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-      if ((j & hj) == 0) {
-        const float a = v[j], b = v[j + hj];
-        v[j] = detail::add(a, b);
-        v[j + hj] = detail::sub(a, b);
-      }
 }
 
 // Rotation::forward / inverse on the warp's D = 32*J values (strided layout).

@@ -12,6 +12,7 @@
 
 #include "../../../config.hpp"
 #include "../../../rotation/hadamard.hpp"
+#include "../../warp/warp_fwht.cuh"
 #include "common.cuh"
 #include "softmax.cuh"
 #include "tile_layout.cuh"
@@ -181,24 +182,8 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
 #pragma unroll
   for (int e = 0; e < E; ++e) o[e] = l > 0.0f ? o[e] * inv : 0.0f;
   if constexpr (Rotated) {
-#pragma unroll
-    for (int h = 1; h < E; h *= 2)  // inside the lane
-#pragma unroll
-      for (int e = 0; e < E; ++e)
-        if ((e & h) == 0) {
-          const float a = o[e], b = o[e + h];
-          o[e] = a + b;
-          o[e + h] = a - b;
-        }
-#pragma unroll
-    for (int h = 1; h < 32; h *= 2) {  // across lanes: channel stride E h
-      const bool hi = (lane & h) != 0;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const float other = __shfl_xor_sync(0xffffffffu, o[e], h);
-        o[e] = hi ? other - o[e] : o[e] + other;
-      }
-    }
+    using kvtile::device::fwht_lane_op;
+    kvtile::device::lane_fwht_unnormalized<32, E, fwht_lane_op::signed_fma>(o);  // warp_fwht.cuh, blocked layout
 #pragma unroll
     for (int e = 0; e < E; ++e) o[e] = __fmul_rn(o[e], kvtile::detail::hadamard_norm<D>::value);
   }

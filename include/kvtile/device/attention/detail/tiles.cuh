@@ -11,6 +11,7 @@
 #include "../../../packing/fp16_scales.hpp"
 #include "../../../packing/fp8_scales.hpp"
 #include "../../../rotation/hadamard.hpp"
+#include "../../warp/warp_fwht.cuh"
 #include "common.cuh"
 #include "fragments.cuh"
 #include "softmax.cuh"
@@ -39,13 +40,13 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
     const QT* src = static_cast<const QT*>(p.q) + ((first + i) * p.q_heads + kvh * p.group + gi) * D;
     for (int d = lane; d < D; d += 32) v[d] = valid ? load_q<QT>(src + d) : 0.0f;
     __syncwarp();
-    for (int h = 1; Rotate && h < D; h *= 2) {
-      for (int i = lane; i < D / 2; i += 32) {
-        const int a = (i / h) * 2 * h + (i % h);
-        const float x = v[a], y = v[a + h];
-        v[a] = x + y;
-        v[a + h] = x - y;
-      }
+    if constexpr (Rotate) {  // warp_fwht.cuh, strided layout: x[j] = channel lane + 32 j
+      float x[D / 32];
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) x[j] = v[lane + 32 * j];
+      kvtile::device::warp_fwht_unnormalized(x);
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) v[lane + 32 * j] = x[j];
       __syncwarp();
     }
     float amax = 0.0f;
