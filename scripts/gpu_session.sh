@@ -15,7 +15,8 @@
 #   soak      the paged-cache soak test (full run).
 #   eval      tools/kvtile-eval/cuda/run_gpu_check.sh --no-build.
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck, synccheck over
-#             every device test (reduced sizes), concurrently (no timing here).
+#             every device test (reduced sizes), concurrently (no timing here);
+#             SAN_TOOLS picks the tools, SAN_TIMEOUT bounds each run (s).
 #   bench     GPU-codec benchmark, attention benchmark, PyTorch SDPA (alone on
 #             the GPU, before anything concurrent).
 #   profile   Nsight Compute on the prefill encode, decode-to-fp16 and the
@@ -269,7 +270,7 @@ if want sanitize; then
   spids=()
   throttle() { while (( $(jobs -rp | wc -l) >= ${SAN_JOBS:-12} )); do wait -n; done; }
   C=build/gpu-codec A=build_attn
-  for tool in memcheck racecheck initcheck synccheck; do
+  for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
     throttle
     san $tool $C/block_codec_d64 --tiles 1 & spids+=($!)
     throttle
@@ -290,7 +291,7 @@ if want sanitize; then
   throttle
   san memcheck $C/block_codec_d128 --quick & spids+=($!)
   for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
-    for tool in memcheck racecheck initcheck synccheck; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
       throttle
       san $tool $A/$t --small & spids+=($!)
     done
