@@ -469,6 +469,7 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
   };
   set_counts(n);
   ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
+  ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
   status st = plan.plan<Codec>(qc.view(), qc.lens.data(), a);
   check(st == status::success, std::string(name) + ": multi-query plan (" + to_string(st) + ")");
   st = plan.run<Codec>(qc.view(), a);
@@ -481,11 +482,13 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
   if (any == 0) n2[S - 1] = std::min(max_q, qc.lens[S - 1]);  // at least one row to check
   set_counts(n2);
   ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
+  ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
   st = plan.run<Codec>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query run, new counts");
   verify(n2, "new counts, same plan");
   set_counts(n);
   ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
+  ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
   st = attention::paged_decode<Codec>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query paged_decode (" + to_string(st) + ")");
   verify(n, "one-call");

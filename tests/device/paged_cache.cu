@@ -391,6 +391,8 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
     kvtest::dbuf<std::int32_t> gids(cnt);
     const std::size_t E = static_cast<std::size_t>(cnt) * H * G * D;
     kvtest::dbuf<half_t> gk(E + 1), gv(E + 1), rk(E + 1), rv(E + 1);
+    for (half_t* b : {gk.p, gv.p, rk.p, rv.p})  // one element of each is not an output (shift): downloaded defined
+      KVT_CUDA(cudaMemset(b, 0, (E + 1) * sizeof(half_t)));
     std::vector<std::int32_t> rev(ids.rbegin(), ids.rend());
     cudaStream_t stream;
     KVT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -52,6 +52,7 @@ status configure_kernel(KernelT kernel, std::size_t smem, int dev, std::atomic<s
   if (bit && (configured.load(std::memory_order_acquire) & bit)) return status::success;
   cudaFuncAttributes fa{};
   const cudaError_t e = cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(kernel));
+  if (e != cudaSuccess) (void)cudaGetLastError();  // the error is this call's: answered below, not left behind
   if (e == cudaErrorInvalidDeviceFunction || e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidPtx ||
       e == cudaErrorUnsupportedPtxVersion) {
     return status::unsupported_arch;
@@ -61,8 +62,10 @@ status configure_kernel(KernelT kernel, std::size_t smem, int dev, std::atomic<s
   // build, or CUDA_FORCE_PTX_JIT=1) holds no kernel body (kernels.cuh).
   if (fa.ptxVersion < 90) return status::unsupported_arch;
   if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)) != cudaSuccess)
+                           static_cast<int>(smem)) != cudaSuccess) {
+    (void)cudaGetLastError();
     return status::cuda_error;
+  }
   if (bit) configured.fetch_or(bit, std::memory_order_release);
   return status::success;
 }
