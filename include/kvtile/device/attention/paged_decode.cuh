@@ -30,6 +30,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -131,10 +132,7 @@ struct quant_kernel_traits {
       wide ? detail::smem_plan<D, wide_warps, wide_stages, wide_stage::bytes, wide_rings, true,
                                2 * detail::max_group>::bytes
            : 0;
-  static constexpr std::size_t max_smem_bytes =
-      (pool_smem_bytes > smem_bytes ? pool_smem_bytes : smem_bytes) > wide_smem_bytes
-          ? (pool_smem_bytes > smem_bytes ? pool_smem_bytes : smem_bytes)
-          : wide_smem_bytes;
+  static constexpr std::size_t max_smem_bytes = std::max({smem_bytes, pool_smem_bytes, wide_smem_bytes});
   static_assert(!wide || wide_smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
   // Query rows of a unit (8 or 16) for `rows` query rows per KV head (max_q_tokens x group).
   static int unit_rows(int rows) { return detail::unit_rows_for(rows, wide ? 2 * detail::max_group : detail::max_group); }
@@ -246,7 +244,7 @@ status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cud
   if (cache.num_seqs == 0) return status::success;
   const int span = detail::q_span_of(a);
   const int splits = plan_splits<Codec, Policy>(cache, a.q_heads, a.num_splits, span);
-  const int rows = tr::unit_rows(span * (a.q_heads / cache.kv_heads));
+  const int rows = tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads));
   const detail::ws_layout L = detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits,
                                                  detail::current_sm_count(), tr::D, rows, span);
   const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false, rows);
@@ -363,7 +361,7 @@ class decode_plan {
     const key k = make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
     const int ctas = grid_size();
     const bool fresh = !(k == key_) || ctas != ctas_;
-    const int all = detail::q_span_of(a) * (a.q_heads / cache.kv_heads), rows = tr::unit_rows(all);
+    const int all = detail::rows_per_kv_head(a, cache.kv_heads), rows = tr::unit_rows(all);
     if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
                          tr::rings_for(all), Codec::D, rows);
         s != status::success)
@@ -382,7 +380,7 @@ class decode_plan {
     if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
     if (cache.num_seqs == 0) return status::success;
     const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true,
-                                                        tr::unit_rows(detail::q_span_of(a) * (a.q_heads / cache.kv_heads)));
+                                                        tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads)));
     return detail::launch_quant<Codec, Policy, QT>(cache, a, pool_, dim3(ctas_), p, stream);
   }
 
@@ -463,7 +461,7 @@ class decode_plan {
   template <class QT>
   status build(int num_seqs, int kv_heads, const std::int32_t* lens, const decode_args<QT>& a, int T, int max_len,
                int ctas, int rings, int d, int rows = detail::max_group) {
-    const int span = detail::q_span_of(a), all = span * (a.q_heads / kv_heads);
+    const int span = detail::q_span_of(a), all = detail::rows_per_kv_head(a, kv_heads);
     detail::schedule_request r;
     r.seq_lens = lens;
     r.num_seqs = num_seqs;

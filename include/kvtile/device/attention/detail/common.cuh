@@ -77,8 +77,7 @@ struct row_bounds {
 KVTILE_DEVICE row_bounds bounds_of_row(const kernel_params& p, int f, int len, int n) {
   const int i = f / p.group;
   const int hi = i < n ? len - (n - 1 - i) : len;  // rows past n: never written out
-  const int lo = p.window_left >= 0 && hi - 1 - p.window_left > 0 ? hi - 1 - p.window_left : 0;
-  return {lo, hi};
+  return {window_lo(hi, p.window_left), hi};
 }
 
 // Score modifiers of a thread's two query columns for one tile: tokens (tile

@@ -62,6 +62,12 @@ int q_span_of(const decode_args<QT>& a) {
   return a.qo_indptr ? a.max_q_tokens : 1;
 }
 
+// Query rows per KV head of a launch: q_span x group.
+template <class QT>
+int rows_per_kv_head(const decode_args<QT>& a, int kv_heads) {
+  return q_span_of(a) * (a.q_heads / kv_heads);
+}
+
 // Workspace: the partials of every slot, then the plan's work list, CTA ranges
 // and unit spans (written by decode_plan::plan; unused by the one-call path).
 struct ws_layout {

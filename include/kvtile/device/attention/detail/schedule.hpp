@@ -38,6 +38,12 @@ struct unit_span {
   std::int32_t count;
 };
 
+// First token visible to a query at position end - 1 under a left window
+// (window_left < 0: no window): max(0, end - 1 - window_left).
+KVTILE_HOST_DEVICE int window_lo(int end, int window_left) {
+  return window_left >= 0 && end - 1 - window_left > 0 ? end - 1 - window_left : 0;
+}
+
 // Tiles of a sequence of (device or host) length len, in tiles of T tokens,
 // clamped so that no tile outside the page table (and the tail) is ever read:
 // len is clamped to [0, max_len]. With a left window (window_left >= 0) the
@@ -54,7 +60,7 @@ struct tile_span {
 KVTILE_HOST_DEVICE tile_span tile_range(int len, int T, int max_len, int window_left, int span = 1) {
   tile_span s;
   s.len = len < 0 ? 0 : (len > max_len ? max_len : len);
-  s.lo = (window_left >= 0 && s.len - span - window_left > 0) ? s.len - span - window_left : 0;
+  s.lo = window_lo(s.len - span + 1, window_left);  // the first query's
   s.jlo = s.lo / T;
   s.n_tiles = (s.len + T - 1) / T;
   return s;
