@@ -18,9 +18,12 @@
 #             every device test (reduced sizes), concurrently (no timing here);
 #             SAN_TOOLS picks the tools, SAN_TIMEOUT bounds each run (s).
 #   bench     GPU-codec benchmark, attention benchmark, PyTorch SDPA (alone on
-#             the GPU, before anything concurrent).
+#             the GPU, before anything concurrent); the attention report
+#             (bench/device/attention_report.py) as $OUT/attention_report.{json,md}.
 #   profile   Nsight Compute on the prefill encode, decode-to-fp16 and the
-#             k4v2 attention kernel.
+#             decode attention rows named by PROFILE_ATTN ("<shape>:<kernel> ...",
+#             bench_attention --shape/--kernel; default: k4v2_g128 at 16 x 64K
+#             and ragged32, k4v2_g128_mq8), with executed instructions per opcode.
 #   jit80     the codec and paged device tests (block_codec_d*, paged_cache,
 #             launch_setup, multi_gpu, unsupported_arch with -DKVTILE_TEST_PTX80:
 #             paged launchers succeed, decode attention answers unsupported_arch)
@@ -172,6 +175,13 @@ if want bench; then
     PYTHONUNBUFFERED=1 timeout 120 python3 bench/device/sdpa_bench.py --json "$OUT/bench/sdpa.json" --iters 50 \
       > "$OUT/bench/sdpa.log" 2>&1 || say "sdpa failed (see bench/sdpa.log)"
   fi
+  # bench/results-style JSON + Markdown of the attention rows with SDPA's (same call): $OUT/attention_report.*
+  if [ -f "$OUT/bench/attention.json" ]; then
+    python3 bench/device/attention_report.py --attention "$OUT/bench/attention.json" \
+      $([ -f "$OUT/bench/sdpa.json" ] && echo --sdpa "$OUT/bench/sdpa.json") --date "$(date -u +%F)" \
+      --gpu "$(sed -n 2p "$OUT/bench/gpu.txt" | cut -d, -f1)" --command "${BENCH_COMMAND:-scripts/gpu_session.sh (bench)}" \
+      --out "$OUT/attention_report" > "$OUT/bench/report.log" 2>&1 && sed -n '/^## Targets/,$p' "$OUT/attention_report.md" | tee -a "$SUMMARY"
+  fi
   say "bench done"
 fi
 
@@ -184,18 +194,21 @@ if want profile; then
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_prefill.txt" 2>&1
   sel build/gpu-codec/gpu_codec_bench && timeout 60 "$NCU" --kernel-name regex:dequantize_pages_kernel --launch-count 2 $SEC \
     build/gpu-codec/gpu_codec_bench --out /tmp/ncu_codec --iters 1 > "$OUT/profile/ncu_decode.txt" 2>&1
-  # k4v2_g128 fp8 D=128 at the 4th shape (16, 32, 8, 128, 64K): ~51 launches per earlier shape
-  # (demangled names read "tile_config<(int)128, (int)128, (int)4, (int)2>, kvtile::fp8_scales")
-  K4V2=(--kernel-name-base demangled --launch-skip 170 --launch-count 1
-        --kernel-name "regex:quant_decode_kernel<kvtile::tile_config<.int.128, .int.128, .int.4, .int.2>, kvtile::fp8_scales")
-  for b in ${PROFILE_ATTN_BINS:-bench_attention}; do
-    sel build_attn/$b && timeout 90 "$NCU" "${K4V2[@]}" $SEC --section SourceCounters --section WarpStateStats \
-      build_attn/$b --iters 50 > "$OUT/profile/ncu_$b.txt" 2>&1
-    # the same launch, per-SASS-line counters -> executed warp instructions per opcode
-    sel build_attn/$b && timeout 90 "$NCU" "${K4V2[@]}" --section SourceCounters --page source --print-source sass --csv \
-      build_attn/$b --iters 50 > "$OUT/profile/src_$b.csv" 2>&1 &&
-      python3 scripts/sass_histogram.py "$OUT/profile/src_$b.csv" > "$OUT/profile/opcodes_$b.txt" 2>&1
-    sed -n 1,12p "$OUT/profile/opcodes_$b.txt" 2>/dev/null | sed "s/^/$b: /" >> "$SUMMARY"
+  # PROFILE_ATTN="<shape>:<kernel> ...": bench_attention --shape/--kernel runs only that row; its 6th
+  # decode + merge kernel pair is profiled (the first are warm-up), then per-SASS-line counters of the
+  # same launches -> executed warp instructions per opcode (both kernels together).
+  for pk in ${PROFILE_ATTN:-16,32,8,128,65536:k4v2_g128 ragged32:k4v2_g128 16,32,8,128,65536:k4v2_g128_mq8 2,8,1,128,32768:k4v2_g128}; do
+    sel build_attn/bench_attention || break
+    sh=${pk%%:*} kn=${pk#*:} tag=$(echo "${pk}" | tr -c 'a-z0-9_\n' '_' | tr -d '\n')
+    ARGS=(build_attn/bench_attention --iters 50 --shape "$sh" --kernel "$kn")
+    NK=(--kernel-name "regex:quant_decode_kernel|combine_kernel" --launch-skip 10 --launch-count 2)
+    timeout 90 "$NCU" "${NK[@]}" $SEC --section SourceCounters "${ARGS[@]}" > "$OUT/profile/ncu_$tag.txt" 2>&1
+    timeout 90 "$NCU" "${NK[@]}" --section SourceCounters --page source --print-source sass --csv "${ARGS[@]}" \
+      > "$OUT/profile/src_$tag.csv" 2>&1 &&
+      python3 scripts/sass_histogram.py "$OUT/profile/src_$tag.csv" > "$OUT/profile/opcodes_$tag.txt" 2>&1
+    rm -f "$OUT/profile/src_$tag.csv"
+    { echo "== profile $pk"; grep -E "^    (Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size|Block Size)" "$OUT/profile/ncu_$tag.txt";
+      sed -n 1,10p "$OUT/profile/opcodes_$tag.txt"; } >> "$SUMMARY" 2>/dev/null
   done
   if sel build_attn/bench_attention && command -v cuobjdump >/dev/null; then
     # SASS of the k4v2_g128 fp8 D=128 attention kernel(s) and an opcode histogram

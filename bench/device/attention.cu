@@ -41,6 +41,7 @@ using namespace kvtile;
 namespace {
 
 int g_iters = 60;
+std::string g_only_shape, g_only_kernel;  // --shape, --kernel (profiling one configuration); empty: all
 void* g_flush = nullptr;
 const std::size_t g_flush_bytes = 512ull << 20;
 
@@ -190,6 +191,7 @@ std::vector<std::int32_t> random_page_table(int B, int pages_per_seq, std::mt199
 // The fp16 baseline (plan/run), D = s.D.
 template <int D>
 double fp16_baseline(const shape& s) {
+  if (!g_only_kernel.empty() && g_only_kernel != "fp16_baseline") return 0.0;
   constexpr int PT = attention::fp16_kernel_traits<D>::page_tokens;
   std::mt19937_64 rng(1);
   const int pps = std::max(1, (s.L + PT - 1) / PT);
@@ -259,6 +261,7 @@ struct wide2_policy : attention::decode_policy {
 // mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr).
 template <class Codec, class QT = half_t, class P = attention::decode_policy>
 void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false, int mq = 0) {
+  if (!g_only_kernel.empty() && g_only_kernel != name) return;
   constexpr int D = Codec::D, G = Codec::G;
   constexpr std::size_t RB = Codec::record_bytes;
   std::mt19937_64 rng(7);
@@ -409,6 +412,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(50, std::atoi(argv[++i]));
+    // --shape "B,Hq,Hkv,D,tokens" or a ragged batch's name, --kernel a row's kernel name: only those
+    // (for a profiler; their speedups need the fp16 row and are 0 when it is not run)
+    if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) g_only_shape = argv[++i];
+    if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) g_only_kernel = argv[++i];
   }
   cudaDeviceProp prop;
   BCUDA(cudaGetDeviceProperties(&prop, 0));
@@ -448,6 +455,11 @@ int main(int argc, char** argv) {
   }
   for (const shape& s : shapes) {
     if (quick && s.name.empty() && s.B != 16 && s.B != 1) continue;
+    if (!g_only_shape.empty() &&
+        g_only_shape != (s.name.empty() ? std::to_string(s.B) + "," + std::to_string(s.Hq) + "," + std::to_string(s.Hkv) +
+                                              "," + std::to_string(s.D) + "," + std::to_string(s.L)
+                                        : s.name))
+      continue;
     double f = 0;
     if (s.D == 64) {
       f = fp16_baseline<64>(s);

@@ -26,6 +26,14 @@ def fmt_shape(k):
     return f"({b}, {hq}, {hkv}, {d}, {t // 1024}K)"
 
 
+def sdpa_variant(kernel):
+    """The SDPA variant (sdpa_bench.py VARIANTS) a kvtile kernel row compares with."""
+    for suffix, v in (("_bf16q", "bf16"), ("_mq4", "mq4"), ("_mq8", "mq8")):
+        if kernel.endswith(suffix):
+            return v
+    return ""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attention", required=True)
@@ -48,7 +56,7 @@ def main():
         for r in sdpa["results"]:
             if "us" not in r:
                 continue
-            k = (r["batch"], r["q_heads"], r["kv_heads"], r["head_dim"], r["tokens"], "uniform")
+            k = (r["batch"], r["q_heads"], r["kv_heads"], r["head_dim"], r["tokens"], "uniform", r.get("variant", ""))
             if k not in best_sdpa or r["us"] < best_sdpa[k]["us"]:
                 best_sdpa[k] = r
     L = [f"# Decode attention: kvtile vs PyTorch SDPA, {a.gpu}, {a.date}", "",
@@ -60,7 +68,9 @@ def main():
          f"- bytes = records of complete tiles + fp16 tail (+ sink), or fp16 K+V; read ceiling = same-run "
          f"read-only kernel over 4 GiB: **{ceiling:.0f} GB/s**",
          f"- PyTorch SDPA: {sdpa['torch'] if sdpa else 'not run'}, dense fp16 K/V, `enable_gqa=True`, best of the "
-         "cuDNN and flash backends per shape (no paging; no ragged equivalent: ragged rows compare with kvtile fp16)",
+         "cuDNN and flash backends per shape (no paging; no ragged equivalent: ragged rows compare with kvtile fp16); "
+         "`_bf16q` rows against bf16 SDPA, `_mq4` / `_mq8` against 4 / 8 query tokens with `causal_lower_right` "
+         "(best of cuDNN, flash and efficient)",
          "- JSON: same name, `.json`", "",
          "| shape (B, Hq, Hkv, D, tokens) | kvtile us | % ceiling | one-call us | fp16 us | SDPA us (backend) | "
          "vs SDPA | vs fp16 | chunks |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -71,7 +81,7 @@ def main():
             continue
         one = rows.get("k4v2_g128_onecall")
         f16 = rows.get("fp16_baseline")
-        s = best_sdpa.get(k)
+        s = best_sdpa.get(k + ("",))
         vs = f"**{s['us'] / q['us']:.2f}x**" if s else "-"
         if s:
             uniform_speedups.append((k, s["us"] / q["us"]))
@@ -85,7 +95,7 @@ def main():
         L += ["", "Other presets and options (same run):", "",
               "| shape | kernel | us | % ceiling | vs fp16 | vs SDPA |", "|---|---|---:|---:|---:|---:|"]
         for k, n, r in others:
-            s = best_sdpa.get(k)
+            s = best_sdpa.get(k + (sdpa_variant(n),))
             L.append(f"| {fmt_shape(k)} | {n} | {r['us']:.1f} | {100 * r['ceiling_fraction']:.1f}% | "
                      f"{r['speedup_vs_fp16_baseline']:.2f}x | {s['us'] / r['us']:.2f}x |" if s else
                      f"| {fmt_shape(k)} | {n} | {r['us']:.1f} | {100 * r['ceiling_fraction']:.1f}% | "

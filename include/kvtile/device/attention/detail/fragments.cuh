@@ -226,6 +226,13 @@ KVTILE_DEVICE void bulk_copy_g2s(void* dst, const void* src, std::uint32_t bytes
       : "memory");
 }
 
+// Named CTA barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a
+// multiple of 32, every lane of each participating warp). libcu++'s <cuda/ptx>
+// wraps only the cluster barriers.
+KVTILE_DEVICE void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 KVTILE_DEVICE void mbar_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }

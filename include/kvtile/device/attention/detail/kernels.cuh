@@ -19,8 +19,8 @@ namespace attention::detail {
 
 // NB n-blocks (query rows 8 NB per unit): each ring has NB warps, warp nb of
 // the ring runs every tile of the ring for query rows 8 nb .. 8 nb + 7, so a
-// record is fetched once for all of them (the ring's last warp to finish a
-// stage frees it: warp_loop's H = NB path).
+// record is fetched once for all of them (the ring's warps meet on a named
+// barrier before warp 0 refills a stage: warp_loop's H = NB path).
 // Swz: the conflict-free stage layout (quant_swizzled).
 template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1, bool Swz = false>
 __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
   std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(smem + plan::bars);
   std::uint8_t* stages = smem + plan::stages;
   std::uint32_t* tickets = reinterpret_cast<std::uint32_t*>(bars + Pool);
-  constexpr int nbars = Pool > 0 ? Pool : 2 * R * Stages;
+  constexpr int nbars = Pool > 0 ? Pool : R * Stages;  // the full barriers
 
   int first = 0;
   const int count = chunk_count(p, first);
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(W * 32, 1)
   for (int ci = first; ci < first + count; ++ci) {
     const chunk_ref c = chunk_at(p, ci, cache.seq_lens, PT);
     const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
-    init_barriers<2 * W * Stages, 0>(bars, nullptr, ci > first);
+    init_barriers<W * Stages, 0>(bars, nullptr, ci > first);
     load_queries<QT, D, W, false, false, false>(p, seq, kvh, qg, qn, nf, qf);
     __syncthreads();
 

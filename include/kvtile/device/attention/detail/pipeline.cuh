@@ -18,7 +18,8 @@ namespace attention::detail {
 
 // Shared-memory plan of a decode CTA.
 // W warps share R rings of Stages stages (W / R warps per ring, each taking
-// part of every tile); each stage has a "full" and an "empty" mbarrier.
+// part of every tile); each stage has a "full" mbarrier and a second 8-byte
+// slot (the stage pool's tickets).
 // KeepQn: the fp32 query rows stay live next to the fragments (the quantized
 // kernel's per-tile q a path); otherwise the fragments overwrite them once made.
 // Rows: query rows of the CTA (8 per n-block).
@@ -116,8 +117,13 @@ constexpr bool quant_swizzled() {
 // stage_src(j, dst, bar) issues the copies of an async tile (nothing if the tile
 // is not staged); run(j, stage, bar, parity) processes tile j and returns
 // whether it was staged. Lane 0 of the ring's warp 0 issues the copies; with
-// H = 2 it waits on the stage's "empty" mbarrier, which the other warp arrives
-// on when it is done with the stage.
+// H = 2 both warps of the ring meet on named barrier 1 + ring (bar.sync) after
+// each staged tile that is followed by a refill, so the other warp's reads of
+// the stage precede the refill. (An "empty" mbarrier that only the other warp
+// arrives on lets that warp run ahead, but compute-sanitizer's racecheck does
+// not see it order the reads before the refill's bulk copy; bar.arrive
+// without a wait cannot replace it: a warp running a tile ahead would arrive
+// twice in one barrier phase.)
 template <int R, int H, int Stages, class StageFn>
 KVTILE_DEVICE void ring_prologue(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
                                  StageFn&& stage_src) {
@@ -136,12 +142,12 @@ template <int R, int H, int Stages, bool Prologue = true, class StageFn, class R
 KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
                              StageFn&& stage_src, RunFn&& run) {
   static_assert(H == 1 || H == 2, "one or two warps per ring");
+  static_assert(H == 1 || R <= 15, "named barriers 1..15, one per ring");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int ring = warp / H, sub = warp % H;
   std::uint8_t* my = stages + static_cast<std::size_t>(ring) * Stages * stage_bytes;
   std::uint64_t* full = bars + ring * Stages;
-  std::uint64_t* empty = bars + (R + ring) * Stages;
-  std::uint32_t parity = 0, eparity = 0;
+  std::uint32_t parity = 0;
   if constexpr (Prologue) ring_prologue<R, H, Stages>(j0, j1, stages, stage_bytes, bars, stage_src);
   for (int k = 0;; ++k) {
     const int j = j0 + ring + k * R;
@@ -152,20 +158,16 @@ KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t s
     if (staged) parity ^= 1u << sidx;
     __syncwarp();
     const int jn = j + Stages * R;
+    if (jn >= j1) continue;
     if constexpr (H > 1) {
-      if (sub != 0) {
-        if (staged && lane == 0) mbar_arrive(empty + sidx);
-        continue;
-      }
+      // Both warps, same condition: one barrier phase per refilled staged stage.
+      if (staged) named_barrier_sync(1 + ring, 32 * H);
+      if (sub != 0) continue;
     }
-    if (jn < j1 && lane == 0) {
-      if constexpr (H > 1) {
-        if (staged) mbar_wait(empty + sidx, (eparity >> sidx) & 1u);
-      }
+    if (lane == 0) {
       fence_proxy_async();
       stage_src(jn, buf, full + sidx);
     }
-    if (staged) eparity ^= 1u << sidx;
   }
 }
 
