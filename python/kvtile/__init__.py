@@ -488,7 +488,8 @@ class DecodePlan:
         self._finalizer = weakref.finalize(self, _ops.decode_plan_destroy, self._handle)
 
     def plan(self, seq_lens, cu_seqlens_q=None):
-        """Plans the next run from host lengths (and, multi-query, the host cu_seqlens_q). Returns self."""
+        """Plans the next run from host lengths (and, multi-query, the host cu_seqlens_q, copied into
+        plan.qo_indptr; None after a first one: plan.qo_indptr is used as it is). Returns self."""
         op = "kvtile.DecodePlan.plan"
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("%s: cannot run under CUDA-graph capture (it copies host data): capture run() only "
