@@ -428,8 +428,9 @@ class DecodePlan:
     (ragged lengths cost what their tiles cost) and copies a small work list into the plan's own
     workspace on the current stream. run() launches with a grid fixed by the plan, so a CUDA
     graph of run() (captured after a first plan) replays correctly after each new plan() for the
-    same cache rows, q_heads, dtype and options. The device lengths must equal the planned
-    ones (otherwise the result is wrong, though every read stays inside the cache).
+    same cache rows, q_heads, dtype and options (keep the plan alive while its graph is replayed:
+    the graph reads its workspace). The device lengths must equal the planned ones (otherwise
+    the result is wrong, though every read stays inside the cache).
 
     Multi-query (max_q_tokens 2..8; quantized cache only): plan(seq_lens, cu_seqlens_q) also
     takes the host cu_seqlens_q [rows + 1] of the new tokens (0..max_q_tokens per row, included
