@@ -172,7 +172,8 @@ KVTILE_OPS_API int kvtile_ops_dequantize_pages(const kvtile_ops_cache* cache, co
  * q_dtype (fp16/bf16, original frame), lse [num_seqs][q_heads] fp32 or NULL.
  * workspace: kvtile_ops_decode_workspace_bytes() bytes of device memory,
  * 16-byte aligned. num_splits 0 = automatic. Capturable in a CUDA graph once
- * the same configuration has run once outside the capture. */
+ * the same configuration has run once outside the capture. Multi-query,
+ * window, soft-cap and plan / run: the _ex and plan functions below. */
 KVTILE_OPS_API int kvtile_ops_decode_workspace_bytes(const kvtile_ops_cache* cache, int q_heads, int num_splits,
                                                      size_t* bytes);
 KVTILE_OPS_API int kvtile_ops_decode(const kvtile_ops_cache* cache, int q_dtype, const void* q, void* out, float* lse,
@@ -184,6 +185,94 @@ KVTILE_OPS_API int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_
 KVTILE_OPS_API int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, int q_dtype, const void* q, void* out,
                                           float* lse, int q_heads, float softmax_scale, void* workspace,
                                           size_t workspace_bytes, int num_splits, kvtile_ops_stream stream);
+
+/* ---- decode attention with options, multi-query and plan / run (device) ------- */
+/* Most new query tokens per sequence of a multi-query step. */
+#define KVTILE_OPS_MAX_Q_TOKENS 8
+
+/* The arguments of kvtile_ops_decode_ex, kvtile_ops_fp16_decode_ex and the
+ * plan / run functions. Versioned by struct_size: call
+ * kvtile_ops_decode_params_init(&p, sizeof p) first (it zeroes the struct and
+ * sets the defaults below), then set the fields. */
+typedef struct kvtile_ops_decode_params {
+  size_t struct_size;        /* sizeof(kvtile_ops_decode_params) as the caller compiled it */
+  int32_t q_dtype;           /* KVTILE_OPS_FP16 (default) or KVTILE_OPS_BF16 */
+  int32_t q_heads;           /* a positive multiple of kv_heads */
+  const void* q;             /* [rows][q_heads][head_dim], original frame; rows = num_seqs, or
+                                qo_indptr[num_seqs] with qo_indptr */
+  void* out;                 /* same shape and dtype as q */
+  float* lse;                /* [rows][q_heads] fp32 (ln sum exp of the scores; -inf for no key) or NULL */
+  float softmax_scale;       /* > 0, finite (usually 1 / sqrt(head_dim)) */
+  float logit_softcap;       /* 0 (default): off; > 0 and finite: each score s becomes cap * tanh(s / cap) */
+  int32_t window_left;       /* -1 (default): no window; >= 0: the query at position p attends the
+                                keys at positions p - window_left .. p (window_left + 1 tokens) */
+  int32_t max_q_tokens;      /* 1 (default) .. KVTILE_OPS_MAX_Q_TOKENS: bound on any sequence's new
+                                tokens; 1 without qo_indptr */
+  const int32_t* qo_indptr;  /* NULL (default): one query token per sequence. Otherwise device int32
+                                [num_seqs + 1], nondecreasing (cu_seqlens style): sequence s has
+                                n_s = qo_indptr[s+1] - qo_indptr[s] new tokens (0 allowed; clamped
+                                to max_q_tokens), the last n_s positions of its seq_lens[s],
+                                query rows qo_indptr[s] .. +n_s-1; new token i attends positions
+                                < seq_lens[s] - (n_s - 1 - i) (causal among the new tokens) */
+  int32_t num_splits;        /* 0 (default): automatic; > 0: every sequence cut into this many chunks */
+  void* workspace;           /* kvtile_ops_decode_workspace_bytes_ex() bytes, 16-byte aligned */
+  size_t workspace_bytes;
+} kvtile_ops_decode_params;
+
+/* Zeroes *params and sets struct_size and the defaults; struct_size must be
+ * sizeof(kvtile_ops_decode_params) of the caller's header. */
+KVTILE_OPS_API int kvtile_ops_decode_params_init(kvtile_ops_decode_params* params, size_t struct_size);
+/* Workspace of kvtile_ops_decode_ex and of a plan for these params (q_heads,
+ * max_q_tokens, num_splits are read) on the current device. */
+KVTILE_OPS_API int kvtile_ops_decode_workspace_bytes_ex(const kvtile_ops_cache* cache,
+                                                        const kvtile_ops_decode_params* params, size_t* bytes);
+/* One decode step in one call (no host lengths): kvtile_ops_decode plus
+ * multi-query, window and soft-cap. */
+KVTILE_OPS_API int kvtile_ops_decode_ex(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
+                                        kvtile_ops_stream stream);
+/* The fp16 baseline with window and soft-cap (one token per sequence:
+ * qo_indptr must be NULL); workspace: kvtile_ops_fp16_decode_workspace_bytes(). */
+KVTILE_OPS_API int kvtile_ops_fp16_decode_ex(const kvtile_ops_fp16_cache* cache,
+                                             const kvtile_ops_decode_params* params, kvtile_ops_stream stream);
+
+/* A decode step split into a host plan and a launch (kvtile::attention::decode_plan).
+ *   kvtile_ops_decode_plan_create(&plan);
+ *   per step: kvtile_ops_decode_plan_build(plan, &cache, host_seq_lens, &params, stream);  (outside any capture)
+ *             kvtile_ops_decode_plan_run(plan, &cache, &params, stream);  (capturable in a CUDA graph)
+ *   kvtile_ops_decode_plan_destroy(plan);
+ * plan reads a HOST copy of the lengths (the values seq_lens will hold on the
+ * device when run executes; in [0, capacity]), balances the work over the SMs
+ * and copies a work list into params.workspace on stream. run launches with a
+ * grid fixed by the plan: capture it once and, before each replay, plan again
+ * with the new lengths. run must use the planned cache shape (preset,
+ * head_dim, kv_heads, num_seqs, max_pages_per_seq) and params (q_dtype,
+ * q_heads, max_q_tokens, qo_indptr, window_left, num_splits, workspace,
+ * workspace_bytes; q, out, lse, softmax_scale and logit_softcap may change);
+ * otherwise it returns KVTILE_OPS_INVALID_ARGUMENT naming the field. The device
+ * lengths are not read by the host: if they differ from the planned ones the
+ * result is wrong but every read stays within the page table, tails and sinks.
+ * plan ignores q, out and lse (NULL allowed). Another decode or plan on the
+ * same workspace overwrites the work list. A plan is used by one thread at a
+ * time. */
+typedef struct kvtile_ops_decode_plan kvtile_ops_decode_plan;
+KVTILE_OPS_API int kvtile_ops_decode_plan_create(kvtile_ops_decode_plan** plan);
+/* NULL is a no-op. */
+KVTILE_OPS_API int kvtile_ops_decode_plan_destroy(kvtile_ops_decode_plan* plan);
+/* At most max_ctas persistent CTAs from the next plan on (0: one per SM). */
+KVTILE_OPS_API int kvtile_ops_decode_plan_limit_ctas(kvtile_ops_decode_plan* plan, int32_t max_ctas);
+/* The grid of run and the partial results of the last successful plan. */
+KVTILE_OPS_API int kvtile_ops_decode_plan_info(const kvtile_ops_decode_plan* plan, int32_t* ctas, int32_t* chunks);
+KVTILE_OPS_API int kvtile_ops_decode_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_cache* cache,
+                                          const int32_t* host_seq_lens, const kvtile_ops_decode_params* params,
+                                          kvtile_ops_stream stream);
+KVTILE_OPS_API int kvtile_ops_decode_plan_run(const kvtile_ops_decode_plan* plan, const kvtile_ops_cache* cache,
+                                         const kvtile_ops_decode_params* params, kvtile_ops_stream stream);
+/* The same over an fp16 paged cache (qo_indptr NULL). */
+KVTILE_OPS_API int kvtile_ops_decode_plan_build_fp16(kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* cache,
+                                               const int32_t* host_seq_lens, const kvtile_ops_decode_params* params,
+                                               kvtile_ops_stream stream);
+KVTILE_OPS_API int kvtile_ops_decode_plan_run_fp16(const kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* cache,
+                                              const kvtile_ops_decode_params* params, kvtile_ops_stream stream);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 // ops/src/device.cpp: the device entry points of kvtile_ops: argument checks
 // that need no device memory, then the (preset, head_dim) table of the
 // translation unit that instantiates it.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 
 #include "ops_internal.hpp"
 
@@ -49,6 +51,120 @@ const device_table* table_for(const kvtile_ops_cache* c, const char* function, i
   return t;
 }
 }  // namespace
+
+int check_params(const kvtile_ops_decode_params* p, const char* function, bool need_io) {
+  if (!p) return fail(KVTILE_OPS_NULL_POINTER, "%s: params is NULL", function);
+  if (p->struct_size != sizeof(kvtile_ops_decode_params))
+    return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                "%s: params->struct_size %zu is not sizeof(kvtile_ops_decode_params) = %zu of this library "
+                "(kvtile_ops_decode_params_init sets it)",
+                function, p->struct_size, sizeof(kvtile_ops_decode_params));
+  if (p->q_dtype != KVTILE_OPS_FP16 && p->q_dtype != KVTILE_OPS_BF16)
+    return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "%s: queries must be fp16 or bf16 (q_dtype %d)", function, p->q_dtype);
+  if (p->q_heads <= 0) return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: q_heads %d must be positive", function, p->q_heads);
+  if (p->max_q_tokens < 1 || p->max_q_tokens > KVTILE_OPS_MAX_Q_TOKENS)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: max_q_tokens %d is not in [1, %d]", function, p->max_q_tokens,
+                KVTILE_OPS_MAX_Q_TOKENS);
+  if (p->window_left < -1)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: window_left %d must be -1 (no window) or >= 0", function,
+                p->window_left);
+  if (!(p->logit_softcap >= 0.0f) || !std::isfinite(p->logit_softcap))
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: logit_softcap %g must be 0 (off) or positive and finite", function,
+                static_cast<double>(p->logit_softcap));
+  if (p->num_splits < 0 || p->num_splits > 4096)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: num_splits %d is not in [0, 4096]", function, p->num_splits);
+  if (!need_io) return KVTILE_OPS_SUCCESS;  // the workspace query reads the sizes only
+  if (!p->qo_indptr && p->max_q_tokens != 1)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                "%s: max_q_tokens %d > 1 needs qo_indptr (NULL: one query token per sequence)", function,
+                p->max_q_tokens);
+  if (!(p->softmax_scale > 0.0f) || !std::isfinite(p->softmax_scale))
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: softmax_scale %g must be positive and finite", function,
+                static_cast<double>(p->softmax_scale));
+  if (!p->workspace) return fail(KVTILE_OPS_NULL_POINTER, "%s: workspace is NULL", function);
+  if (reinterpret_cast<std::uintptr_t>(p->workspace) % 16 != 0)
+    return fail(KVTILE_OPS_MISALIGNED, "%s: workspace is not 16-byte aligned", function);
+  return KVTILE_OPS_SUCCESS;
+}
+
+// q_heads against the cache's kv_heads, num_seqs in range.
+int check_heads(int q_heads, int kv_heads, int num_seqs, const char* function) {
+  if (kv_heads <= 0 || q_heads % kv_heads != 0 || num_seqs < 0)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                "%s: q_heads %d must be a positive multiple of kv_heads %d, num_seqs %d >= 0", function, q_heads,
+                kv_heads, num_seqs);
+  return KVTILE_OPS_SUCCESS;
+}
+
+int check_io(const kvtile_ops_decode_params* p, const char* function) {
+  if (!p->q || !p->out) return fail(KVTILE_OPS_NULL_POINTER, "%s: q or out is NULL", function);
+  return KVTILE_OPS_SUCCESS;
+}
+
+// Host lengths of a plan: non-null, each in [0, capacity].
+int check_host_lens(const std::int32_t* lens, int num_seqs, long long capacity, const char* function) {
+  if (!lens && num_seqs > 0) return fail(KVTILE_OPS_NULL_POINTER, "%s: host_seq_lens is NULL", function);
+  for (int s = 0; s < num_seqs; ++s)
+    if (lens[s] < 0 || lens[s] > capacity)
+      return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                  "%s: host_seq_lens[%d] = %d is outside [0, %lld] (the cache's max_pages_per_seq x tile tokens, "
+                  "plus the tail)",
+                  function, s, lens[s], capacity);
+  return KVTILE_OPS_SUCCESS;
+}
+
+// run against the plan: which planned field differs (0 when none).
+int check_against_plan(const kvtile_ops_decode_plan* plan, bool fp16, int preset, int head_dim, int kv_heads,
+                       int num_seqs, int max_pages, const kvtile_ops_decode_params& p, const char* function) {
+  if (!plan->planned)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: the plan has not been planned (or its last plan failed)", function);
+  const kvtile_ops_decode_params& q = plan->params;
+  auto differs = [&](const char* what, long long got, long long planned) {
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: %s %lld differs from the planned %lld (plan again for it)", function,
+                what, got, planned);
+  };
+  if (fp16 != plan->fp16)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: the plan was made for %s cache", function,
+                plan->fp16 ? "an fp16" : "a quantized");
+  if (!fp16 && preset != plan->preset) return differs("preset", preset, plan->preset);
+  if (head_dim != plan->head_dim) return differs("head_dim", head_dim, plan->head_dim);
+  if (kv_heads != plan->kv_heads) return differs("kv_heads", kv_heads, plan->kv_heads);
+  if (num_seqs != plan->num_seqs) return differs("num_seqs", num_seqs, plan->num_seqs);
+  if (max_pages != plan->max_pages_per_seq) return differs("max_pages_per_seq", max_pages, plan->max_pages_per_seq);
+  if (p.q_dtype != q.q_dtype) return differs("q_dtype", p.q_dtype, q.q_dtype);
+  if (p.q_heads != q.q_heads) return differs("q_heads", p.q_heads, q.q_heads);
+  if (p.max_q_tokens != q.max_q_tokens) return differs("max_q_tokens", p.max_q_tokens, q.max_q_tokens);
+  if (p.qo_indptr != q.qo_indptr)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: qo_indptr %p is not the planned %p", function,
+                static_cast<const void*>(p.qo_indptr), static_cast<const void*>(q.qo_indptr));
+  if (p.window_left != q.window_left) return differs("window_left", p.window_left, q.window_left);
+  if (p.num_splits != q.num_splits) return differs("num_splits", p.num_splits, q.num_splits);
+  if (p.workspace != q.workspace || p.workspace_bytes != q.workspace_bytes)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: workspace (%p, %zu bytes) is not the planned (%p, %zu bytes)",
+                function, p.workspace, p.workspace_bytes, q.workspace, q.workspace_bytes);
+  return KVTILE_OPS_SUCCESS;
+}
+
+// Records what a successful plan was made for.
+void record_plan(kvtile_ops_decode_plan* plan, bool fp16, int preset, int head_dim, int kv_heads, int num_seqs,
+                 int max_pages, const kvtile_ops_decode_params& p) {
+  plan->planned = true;
+  plan->fp16 = fp16;
+  plan->preset = preset;
+  plan->head_dim = head_dim;
+  plan->kv_heads = kv_heads;
+  plan->num_seqs = num_seqs;
+  plan->max_pages_per_seq = max_pages;
+  plan->params = p;
+}
+
+int check_plan_args(const kvtile_ops_decode_plan* plan, const void* cache, const kvtile_ops_decode_params* params,
+                    const char* function, bool run) {
+  if (!plan) return fail(KVTILE_OPS_NULL_POINTER, "%s: plan is NULL", function);
+  if (!cache) return fail(KVTILE_OPS_NULL_POINTER, "%s: cache descriptor is NULL", function);
+  if (int e = check_params(params, function, true)) return e;
+  return run ? check_io(params, function) : KVTILE_OPS_SUCCESS;
+}
 
 }  // namespace kvtile_ops
 
@@ -101,6 +217,121 @@ int kvtile_ops_decode(const kvtile_ops_cache* cache, int q_dtype, const void* q,
   return t ? t->decode(*cache, q_dtype, q, out, lse, q_heads, softmax_scale, workspace, workspace_bytes, num_splits,
                        stream)
            : code;
+}
+
+int kvtile_ops_decode_params_init(kvtile_ops_decode_params* params, size_t struct_size) {
+  if (!params) return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_decode_params_init: params is NULL");
+  if (struct_size != sizeof(kvtile_ops_decode_params))
+    return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                "kvtile_ops_decode_params_init: struct_size %zu is not sizeof(kvtile_ops_decode_params) = %zu of "
+                "this library",
+                struct_size, sizeof(kvtile_ops_decode_params));
+  *params = kvtile_ops_decode_params{};
+  params->struct_size = struct_size;
+  params->q_dtype = KVTILE_OPS_FP16;
+  params->max_q_tokens = 1;
+  params->window_left = -1;
+  return KVTILE_OPS_SUCCESS;
+}
+
+int kvtile_ops_decode_workspace_bytes_ex(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
+                                         size_t* bytes) {
+  const char* fn = "kvtile_ops_decode_workspace_bytes_ex";
+  int code = 0;
+  const device_table* t = table_for(cache, fn, &code);
+  if (!t) return code;
+  if (!bytes) return fail(KVTILE_OPS_NULL_POINTER, "%s: bytes is NULL", fn);
+  if (int e = check_params(params, fn, false)) return e;
+  if (int e = check_heads(params->q_heads, cache->kv_heads, cache->num_seqs, fn)) return e;
+  return t->decode_workspace_bytes_ex(*cache, *params, bytes);
+}
+
+int kvtile_ops_decode_ex(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
+                         kvtile_ops_stream stream) {
+  const char* fn = "kvtile_ops_decode_ex";
+  int code = 0;
+  const device_table* t = table_for(cache, fn, &code);
+  if (!t) return code;
+  if (int e = check_params(params, fn, true)) return e;
+  if (int e = check_io(params, fn)) return e;
+  if (int e = check_heads(params->q_heads, cache->kv_heads, cache->num_seqs, fn)) return e;
+  return t->decode_ex(*cache, *params, stream);
+}
+
+int kvtile_ops_decode_plan_create(kvtile_ops_decode_plan** plan) {
+  if (!plan) return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_decode_plan_create: plan is NULL");
+  *plan = nullptr;
+  auto* p = new (std::nothrow) kvtile_ops_decode_plan();
+  void* impl = p ? new_plan_impl() : nullptr;
+  if (!impl) {
+    delete p;
+    return fail(KVTILE_OPS_INSUFFICIENT_SPACE, "kvtile_ops_decode_plan_create: out of host memory");
+  }
+  p->impl = impl;
+  *plan = p;
+  return KVTILE_OPS_SUCCESS;
+}
+
+int kvtile_ops_decode_plan_destroy(kvtile_ops_decode_plan* plan) {
+  if (plan) {
+    delete_plan_impl(plan->impl);
+    delete plan;
+  }
+  return KVTILE_OPS_SUCCESS;
+}
+
+int kvtile_ops_decode_plan_limit_ctas(kvtile_ops_decode_plan* plan, int32_t max_ctas) {
+  if (!plan) return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_decode_plan_limit_ctas: plan is NULL");
+  if (max_ctas < 0)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_decode_plan_limit_ctas: max_ctas %d must be >= 0 (0: one per SM)",
+                max_ctas);
+  limit_plan_ctas(plan->impl, max_ctas);
+  return KVTILE_OPS_SUCCESS;
+}
+
+int kvtile_ops_decode_plan_info(const kvtile_ops_decode_plan* plan, int32_t* ctas, int32_t* chunks) {
+  if (!plan || !ctas || !chunks)
+    return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_decode_plan_info: plan, ctas or chunks is NULL");
+  if (!plan->planned) {
+    *ctas = *chunks = 0;
+    return KVTILE_OPS_SUCCESS;
+  }
+  plan_impl_info(plan->impl, ctas, chunks);
+  return KVTILE_OPS_SUCCESS;
+}
+
+int kvtile_ops_decode_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_cache* cache, const int32_t* host_seq_lens,
+                           const kvtile_ops_decode_params* params, kvtile_ops_stream stream) {
+  const char* fn = "kvtile_ops_decode_plan_build";
+  if (int e = check_plan_args(plan, cache, params, fn, false)) return e;
+  plan->planned = false;
+  int code = 0;
+  const device_table* t = table_for(cache, fn, &code);
+  if (!t) return code;
+  if (int e = check_heads(params->q_heads, cache->kv_heads, cache->num_seqs, fn)) return e;
+  kvtile_ops_preset_info info{};
+  if (int e = kvtile_ops_get_preset_info(cache->preset, cache->head_dim, &info)) return e;
+  const long long capacity =
+      static_cast<long long>(cache->max_pages_per_seq < 0 ? 0 : cache->max_pages_per_seq) * info.tile_tokens +
+      info.tile_tokens - 1;
+  if (int e = check_host_lens(host_seq_lens, cache->num_seqs, capacity, fn)) return e;
+  const int r = t->plan(plan->impl, *cache, host_seq_lens, *params, stream);
+  if (r == KVTILE_OPS_SUCCESS)
+    record_plan(plan, false, cache->preset, cache->head_dim, cache->kv_heads, cache->num_seqs,
+                cache->max_pages_per_seq, *params);
+  return r;
+}
+
+int kvtile_ops_decode_plan_run(const kvtile_ops_decode_plan* plan, const kvtile_ops_cache* cache,
+                          const kvtile_ops_decode_params* params, kvtile_ops_stream stream) {
+  const char* fn = "kvtile_ops_decode_plan_run";
+  if (int e = check_plan_args(plan, cache, params, fn, true)) return e;
+  if (int e = check_against_plan(plan, false, cache->preset, cache->head_dim, cache->kv_heads, cache->num_seqs,
+                                 cache->max_pages_per_seq, *params, fn))
+    return e;
+  int code = 0;
+  const device_table* t = table_for(cache, fn, &code);
+  return t ? t->run(plan->impl, *cache, *params, stream) : code;
 }
 
 }  // extern "C"

@@ -4,6 +4,8 @@
 
 #include <kvtile/device/attention/paged_decode.cuh>
 
+#include <new>
+
 #include "ops_internal.hpp"
 
 namespace {
@@ -35,9 +37,106 @@ int with_dim(int head_dim, const char* function, F&& f) {
   }
 }
 
+// f(decode_args<QT>) for checked params.
+template <class F>
+int with_args(const kvtile_ops_decode_params& p, bool for_plan, F&& f) {
+  if (p.q_dtype == KVTILE_OPS_BF16) return f(kvtile_ops::args_of<kvtile::bfloat16_t>(p, for_plan));
+  return f(kvtile_ops::args_of<kvtile::half_t>(p, for_plan));
+}
+
+int fp16_result(kvtile::status s, const char* fn) {
+  if (s == kvtile::status::cuda_error)
+    return kvtile_ops::fail(KVTILE_OPS_CUDA_ERROR, "%s: CUDA error: %s", fn, cudaGetErrorString(cudaPeekAtLastError()));
+  return kvtile_ops::from_status(s, fn);
+}
+
+// The fp16 baseline's checks of the _ex and plan functions beyond check_params.
+int check_fp16(const kvtile_ops_fp16_cache* cache, const kvtile_ops_decode_params* p, const char* fn) {
+  if (!cache) return kvtile_ops::fail(KVTILE_OPS_NULL_POINTER, "%s: cache is NULL", fn);
+  if (p->qo_indptr || p->max_q_tokens != 1)
+    return kvtile_ops::fail(KVTILE_OPS_INVALID_ARGUMENT,
+                            "%s: the fp16 baseline decodes one token per sequence (qo_indptr NULL, max_q_tokens 1)",
+                            fn);
+  return kvtile_ops::check_heads(p->q_heads, cache->kv_heads, cache->num_seqs, fn);
+}
+
 }  // namespace
 
+namespace kvtile_ops {
+void* new_plan_impl() { return new (std::nothrow) kvtile::attention::decode_plan(); }
+void delete_plan_impl(void* impl) { delete static_cast<kvtile::attention::decode_plan*>(impl); }
+void limit_plan_ctas(void* impl, int max_ctas) { static_cast<kvtile::attention::decode_plan*>(impl)->limit_ctas(max_ctas); }
+void plan_impl_info(const void* impl, std::int32_t* ctas, std::int32_t* chunks) {
+  const auto* p = static_cast<const kvtile::attention::decode_plan*>(impl);
+  *ctas = p->ctas();
+  *chunks = p->chunks();
+}
+}  // namespace kvtile_ops
+
 extern "C" {
+
+int kvtile_ops_fp16_decode_ex(const kvtile_ops_fp16_cache* cache, const kvtile_ops_decode_params* params,
+                              kvtile_ops_stream stream) {
+  const char* fn = "kvtile_ops_fp16_decode_ex";
+  if (int e = kvtile_ops::check_params(params, fn, true)) return e;
+  if (int e = kvtile_ops::check_io(params, fn)) return e;
+  if (int e = check_fp16(cache, params, fn)) return e;
+  return with_dim(cache->head_dim, fn, [&](auto d) -> int {
+    return with_args(*params, false, [&](const auto& a) {
+      return fp16_result(kvtile::attention::paged_decode_fp16<decltype(d)::value>(
+                             make_fp16_view(*cache), a, reinterpret_cast<cudaStream_t>(stream)),
+                         fn);
+    });
+  });
+}
+
+int kvtile_ops_decode_plan_build_fp16(kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* cache,
+                                const int32_t* host_seq_lens, const kvtile_ops_decode_params* params,
+                                kvtile_ops_stream stream) {
+  const char* fn = "kvtile_ops_decode_plan_build_fp16";
+  if (int e = kvtile_ops::check_plan_args(plan, cache, params, fn, false)) return e;
+  plan->planned = false;
+  if (int e = check_fp16(cache, params, fn)) return e;
+  const long long capacity = static_cast<long long>(cache->max_pages_per_seq < 0 ? 0 : cache->max_pages_per_seq) *
+                             kvtile_ops_fp16_page_tokens();
+  if (int e = kvtile_ops::check_host_lens(host_seq_lens, cache->num_seqs, capacity, fn)) return e;
+  const int r = with_dim(cache->head_dim, fn, [&](auto d) -> int {
+    auto* impl = static_cast<kvtile::attention::decode_plan*>(plan->impl);
+    return with_args(*params, true, [&](const auto& a) {
+      return fp16_result(impl->template plan_fp16<decltype(d)::value>(make_fp16_view(*cache), host_seq_lens, a,
+                                                                      reinterpret_cast<cudaStream_t>(stream)),
+                         fn);
+    });
+  });
+  if (r == KVTILE_OPS_SUCCESS)
+    kvtile_ops::record_plan(plan, true, -1, cache->head_dim, cache->kv_heads, cache->num_seqs,
+                            cache->max_pages_per_seq, *params);
+  return r;
+}
+
+int kvtile_ops_decode_plan_run_fp16(const kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* cache,
+                               const kvtile_ops_decode_params* params, kvtile_ops_stream stream) {
+  const char* fn = "kvtile_ops_decode_plan_run_fp16";
+  if (int e = kvtile_ops::check_plan_args(plan, cache, params, fn, true)) return e;
+  if (int e = check_fp16(cache, params, fn)) return e;
+  if (int e = kvtile_ops::check_against_plan(plan, true, -1, cache->head_dim, cache->kv_heads, cache->num_seqs,
+                                             cache->max_pages_per_seq, *params, fn))
+    return e;
+  return with_dim(cache->head_dim, fn, [&](auto d) -> int {
+    const auto* impl = static_cast<const kvtile::attention::decode_plan*>(plan->impl);
+    return with_args(*params, false, [&](const auto& a) {
+      const kvtile::status s = impl->template run_fp16<decltype(d)::value>(make_fp16_view(*cache), a,
+                                                                          reinterpret_cast<cudaStream_t>(stream));
+      if (s == kvtile::status::invalid_argument)
+        return kvtile_ops::fail(KVTILE_OPS_INVALID_ARGUMENT,
+                                "%s: invalid argument, or the call does not match the last plan (cache shape, params, "
+                                "workspace or current device): plan again",
+                                fn);
+      return fp16_result(s, fn);
+    });
+  });
+}
+
 
 int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache* cache, int q_heads, int num_splits,
                                            size_t* bytes) {

@@ -105,7 +105,54 @@ struct device_ops {
     return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_decode: queries must be fp16 or bf16 (dtype %d)", q_dtype);
   }
 
-  static constexpr device_table table{&prefill, &append, &dequantize_pages, &decode_workspace_bytes, &decode};
+  static int decode_workspace_bytes_ex(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p,
+                                       std::size_t* bytes) {
+    *bytes = kvtile::attention::workspace_bytes<Codec>(make_view<Codec>(c), p.q_heads, p.num_splits, p.max_q_tokens);
+    return KVTILE_OPS_SUCCESS;
+  }
+
+  // f(kvtile::attention::decode_args<QT>) for the params' query type (checked: fp16 or bf16).
+  template <class F>
+  static int with_args(const kvtile_ops_decode_params& p, bool for_plan, F&& f) {
+    if (p.q_dtype == KVTILE_OPS_BF16) return f(args_of<bf16_t>(p, for_plan));
+    return f(args_of<half_t>(p, for_plan));
+  }
+
+  static int decode_ex(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p, kvtile_ops_stream stream) {
+    const auto view = make_view<Codec>(c);
+    return with_args(p, false, [&](const auto& a) {
+      return launch_result(kvtile::attention::paged_decode<Codec>(view, a, reinterpret_cast<cudaStream_t>(stream)),
+                           "kvtile_ops_decode_ex");
+    });
+  }
+
+  static int plan(void* impl, const kvtile_ops_cache& c, const std::int32_t* lens, const kvtile_ops_decode_params& p,
+                  kvtile_ops_stream stream) {
+    auto* plan = static_cast<kvtile::attention::decode_plan*>(impl);
+    const auto view = make_view<Codec>(c);
+    return with_args(p, true, [&](const auto& a) {
+      return launch_result(plan->template plan<Codec>(view, lens, a, reinterpret_cast<cudaStream_t>(stream)),
+                           "kvtile_ops_decode_plan_build");
+    });
+  }
+
+  static int run(const void* impl, const kvtile_ops_cache& c, const kvtile_ops_decode_params& p,
+                 kvtile_ops_stream stream) {
+    const auto* plan = static_cast<const kvtile::attention::decode_plan*>(impl);
+    const auto view = make_view<Codec>(c);
+    return with_args(p, false, [&](const auto& a) {
+      const kvtile::status s = plan->template run<Codec>(view, a, reinterpret_cast<cudaStream_t>(stream));
+      if (s == kvtile::status::invalid_argument)
+        return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                    "kvtile_ops_decode_plan_run: invalid argument, or the call does not match the last plan (cache shape, "
+                    "params, workspace or current device): plan again");
+      return launch_result(s, "kvtile_ops_decode_plan_run");
+    });
+  }
+
+  static constexpr device_table table{&prefill,          &append,  &dequantize_pages,
+                                      &decode_workspace_bytes, &decode, &decode_workspace_bytes_ex,
+                                      &decode_ex,        &plan,    &run};
 };
 
 }  // namespace kvtile_ops

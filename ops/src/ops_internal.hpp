@@ -3,6 +3,7 @@
 // descriptor. Plain C++17 (the host TU and the CUDA TUs include it).
 #pragma once
 
+#include <kvtile/device/attention/decode_args.hpp>
 #include <kvtile/dispatch.hpp>
 #include <kvtile/paged/paged_cache.hpp>
 #include <kvtile/presets.hpp>
@@ -84,6 +85,29 @@ kvtile::paged_cache_view make_view(const kvtile_ops_cache& c) {
   return v;
 }
 
+// decode_args of checked params (check_params). for_plan: q and out may be
+// NULL (plan reads neither; the core's check sees a placeholder).
+template <class QT>
+kvtile::attention::decode_args<QT> args_of(const kvtile_ops_decode_params& p, bool for_plan = false) {
+  alignas(16) static const unsigned char placeholder[16] = {};
+  kvtile::attention::decode_args<QT> a;
+  a.q = static_cast<const QT*>(p.q);
+  a.out = static_cast<QT*>(p.out);
+  if (for_plan && !a.q) a.q = reinterpret_cast<const QT*>(placeholder);
+  if (for_plan && !a.out) a.out = reinterpret_cast<QT*>(const_cast<unsigned char*>(placeholder));
+  a.lse = for_plan ? nullptr : p.lse;
+  a.q_heads = p.q_heads;
+  a.softmax_scale = p.softmax_scale;
+  a.workspace = p.workspace;
+  a.workspace_bytes = p.workspace_bytes;
+  a.num_splits = p.num_splits;
+  a.window_left = p.window_left;
+  a.logit_softcap = p.logit_softcap;
+  a.qo_indptr = p.qo_indptr;
+  a.max_q_tokens = p.max_q_tokens;
+  return a;
+}
+
 // The device functions of one (preset, head_dim), defined in its own CUDA
 // translation unit (device_ops.cuh, KVTILE_OPS_DEVICE_TABLE).
 struct device_table {
@@ -96,7 +120,57 @@ struct device_table {
   int (*decode_workspace_bytes)(const kvtile_ops_cache&, int q_heads, int num_splits, std::size_t* bytes);
   int (*decode)(const kvtile_ops_cache&, int q_dtype, const void* q, void* out, float* lse, int q_heads, float scale,
                 void* workspace, std::size_t workspace_bytes, int num_splits, kvtile_ops_stream stream);
+  // params checked by check_params; plan: a kvtile::attention::decode_plan (new_plan_impl)
+  int (*decode_workspace_bytes_ex)(const kvtile_ops_cache&, const kvtile_ops_decode_params&, std::size_t* bytes);
+  int (*decode_ex)(const kvtile_ops_cache&, const kvtile_ops_decode_params&, kvtile_ops_stream stream);
+  int (*plan)(void* plan, const kvtile_ops_cache&, const std::int32_t* host_seq_lens,
+              const kvtile_ops_decode_params&, kvtile_ops_stream stream);
+  int (*run)(const void* plan, const kvtile_ops_cache&, const kvtile_ops_decode_params&, kvtile_ops_stream stream);
 };
+
+// Checks the params of a decode call (device.cpp): non-null, struct_size,
+// q_dtype, q_heads > 0, max_q_tokens in [1, 8], window_left >= -1,
+// logit_softcap finite and >= 0, num_splits in [0, 4096]; with need_io (calls
+// that plan or launch) also max_q_tokens 1 without qo_indptr, softmax_scale
+// positive and finite, workspace non-null and aligned. Returns 0 or a code
+// with a message naming function.
+int check_params(const kvtile_ops_decode_params* p, const char* function, bool need_io);
+
+// q and out non-null (calls that launch).
+int check_io(const kvtile_ops_decode_params* p, const char* function);
+// q_heads a positive multiple of kv_heads, num_seqs >= 0.
+int check_heads(int q_heads, int kv_heads, int num_seqs, const char* function);
+// A plan's host lengths: non-null (num_seqs > 0), each in [0, capacity].
+int check_host_lens(const std::int32_t* lens, int num_seqs, long long capacity, const char* function);
+
+// plan / run: plan and cache non-null, params checked (run: q, out too).
+int check_plan_args(const kvtile_ops_decode_plan* plan, const void* cache, const kvtile_ops_decode_params* params,
+                    const char* function, bool run);
+// run against what the plan was made for: a message naming the field that differs.
+int check_against_plan(const kvtile_ops_decode_plan* plan, bool fp16, int preset, int head_dim, int kv_heads,
+                       int num_seqs, int max_pages, const kvtile_ops_decode_params& p, const char* function);
+void record_plan(kvtile_ops_decode_plan* plan, bool fp16, int preset, int head_dim, int kv_heads, int num_seqs,
+                 int max_pages, const kvtile_ops_decode_params& p);
+
+// A kvtile::attention::decode_plan on the heap (device_fp16.cu: the class is CUDA-only).
+void* new_plan_impl();
+void delete_plan_impl(void* impl);
+void limit_plan_ctas(void* impl, int max_ctas);
+void plan_impl_info(const void* impl, std::int32_t* ctas, std::int32_t* chunks);
+
+}  // namespace kvtile_ops
+
+// The C ABI's opaque plan: the core's plan and what it was planned for, so
+// that run names the field that differs.
+struct kvtile_ops_decode_plan {
+  void* impl = nullptr;      // kvtile::attention::decode_plan
+  bool planned = false;      // the last plan succeeded
+  bool fp16 = false;         // planned over an fp16 cache
+  int preset = -1, head_dim = 0, kv_heads = 0, num_seqs = 0, max_pages_per_seq = 0;
+  kvtile_ops_decode_params params{};
+};
+
+namespace kvtile_ops {
 
 // nullptr when the library was built without that (preset, head_dim).
 const device_table* find_device_table(int preset, int head_dim);

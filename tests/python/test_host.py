@@ -118,3 +118,93 @@ def test_memory_accounting_cpu():
     c = kvtile.PagedCache(3, 1000, 2, 128, q_heads=4, sink=True, device="cpu")
     assert c.nbytes == kvtile.PagedCache.bytes_needed(3, 1000, 2, 128, q_heads=4, sink=True)
     assert c.pages.shape == (3 * 8, 2, kvtile.preset_info()["record_bytes"])
+
+
+# ---- decode options, multi-query and DecodePlan: argument checks that run before any device work
+# (the same errors on a CPU-only build and on a GPU build).
+
+
+def cpu_cache(**kw):
+    return kvtile.PagedCache(2, 300, 2, 128, q_heads=4, device="cpu", **kw)
+
+
+def cpu_q(rows=2):
+    return torch.zeros(rows, 4, 128, dtype=torch.float16)
+
+
+BAD_DECODE = [
+    ("window_negative", ValueError, "window_left must be", dict(window_left=-2)),
+    ("window_float", ValueError, "window_left must be", dict(window_left=3.5)),
+    ("window_bool", ValueError, "window_left must be", dict(window_left=True)),
+    ("softcap_nan", ValueError, "logit_softcap must be", dict(logit_softcap=float("nan"))),
+    ("softcap_inf", ValueError, "logit_softcap must be", dict(logit_softcap=float("inf"))),
+    ("softcap_negative", ValueError, "logit_softcap must be", dict(logit_softcap=-1.0)),
+    ("scale_zero", ValueError, "softmax_scale must be positive", dict(softmax_scale=0.0)),
+    ("max_q_without_cu", ValueError, "needs cu_seqlens_q", dict(max_q_tokens=4)),
+    ("max_q_range", ValueError, r"max_q_tokens must be an int in \[1, 8\]",
+     dict(cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32), max_q_tokens=9)),
+    ("max_q_zero", ValueError, r"max_q_tokens must be an int in \[1, 8\]",
+     dict(cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32), max_q_tokens=0)),
+    ("cu_dtype", TypeError, "cu_seqlens_q must have dtype torch.int32",
+     dict(cu_seqlens_q=torch.tensor([0, 1, 2]))),
+    ("cu_rank", ValueError, "cu_seqlens_q must be a 1-D",
+     dict(cu_seqlens_q=torch.zeros(1, 3, dtype=torch.int32))),
+    ("cu_decreasing", ValueError, "nondecreasing", dict(cu_seqlens_q=torch.tensor([0, 2, 1], dtype=torch.int32))),
+    ("cu_too_many", ValueError, "9 new tokens, more than max_q_tokens = 8",
+     dict(cu_seqlens_q=torch.tensor([0, 9, 9], dtype=torch.int32))),
+    ("cu_q_rows", ValueError, "q has 2 rows, cu_seqlens_q needs 3",
+     dict(cu_seqlens_q=torch.tensor([0, 1, 3], dtype=torch.int32))),
+    ("workspace_for_max_q", ValueError, "larger workspace",
+     dict(cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32), max_q_tokens=2)),
+]
+
+
+@pytest.mark.parametrize("name,exc,msg,kw", BAD_DECODE, ids=[b[0] for b in BAD_DECODE])
+def test_decode_option_checks(name, exc, msg, kw):
+    with pytest.raises(exc, match=msg):
+        kvtile.decode(cpu_cache(), cpu_q(), **kw)
+
+
+def test_fp16_decode_option_checks():
+    f = kvtile.Fp16PagedCache(2, 300, 2, 128, q_heads=4, device="cpu")
+    with pytest.raises(ValueError, match="window_left must be"):
+        kvtile.fp16_decode(f, cpu_q(), window_left=-3)
+    with pytest.raises(ValueError, match="logit_softcap must be"):
+        kvtile.fp16_decode(f, cpu_q(), logit_softcap=float("nan"))
+
+
+BAD_PLAN = [
+    ("cache_type", TypeError, "must be a kvtile.PagedCache", lambda c, f: kvtile.DecodePlan(object())),
+    ("rows", ValueError, r"rows must be in \[1, 2\]", lambda c, f: kvtile.DecodePlan(c, rows=3)),
+    ("q_heads", ValueError, "multiple of kv_heads", lambda c, f: kvtile.DecodePlan(c, q_heads=3)),
+    ("dtype", TypeError, "dtype must be torch.float16 or torch.bfloat16",
+     lambda c, f: kvtile.DecodePlan(c, dtype=torch.float32)),
+    ("max_q", ValueError, "max_q_tokens must be", lambda c, f: kvtile.DecodePlan(c, max_q_tokens=9)),
+    ("fp16_multi_query", ValueError, "fp16 baseline decodes one token",
+     lambda c, f: kvtile.DecodePlan(f, max_q_tokens=2)),
+    ("window", ValueError, "window_left must be", lambda c, f: kvtile.DecodePlan(c, window_left=-7)),
+    ("softcap", ValueError, "logit_softcap must be", lambda c, f: kvtile.DecodePlan(c, logit_softcap=float("inf"))),
+    ("scale", ValueError, "softmax_scale must be", lambda c, f: kvtile.DecodePlan(c, softmax_scale=-1.0)),
+    ("splits", ValueError, "num_splits must be", lambda c, f: kvtile.DecodePlan(c, num_splits=-1)),
+]
+
+
+@pytest.mark.parametrize("name,exc,msg,call", BAD_PLAN, ids=[b[0] for b in BAD_PLAN])
+def test_decode_plan_argument_checks(name, exc, msg, call):
+    c = cpu_cache()
+    f = kvtile.Fp16PagedCache(2, 300, 2, 128, q_heads=4, device="cpu")
+    with pytest.raises(exc, match=msg):
+        call(c, f)
+
+
+def test_decode_plan_needs_cuda_tensors_or_a_cuda_build():
+    c = cpu_cache()
+    if not kvtile.has_cuda():
+        with pytest.raises(RuntimeError, match="no CUDA support"):
+            kvtile.DecodePlan(c)
+        return
+    plan = kvtile.DecodePlan(c)  # a CUDA build: the plan exists, the CPU cache is rejected by the op
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        plan.plan([5, 0])
+    with pytest.raises(RuntimeError, match="call plan"):
+        plan.run(cpu_q())

@@ -14,7 +14,9 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -235,16 +237,48 @@ int32_t* flags_ptr(checker& c, const optional<Tensor>& flags, int64_t num_seqs) 
   return flags->data_ptr<int32_t>();
 }
 
-// q, out [num_seqs, q_heads, D] (fp16/bf16), lse [num_seqs, q_heads] fp32 or None, workspace uint8.
+// q, out [num_seqs, q_heads, D] (fp16/bf16), lse [num_seqs, q_heads] fp32 or None, workspace uint8;
+// multi-query (qo_indptr int32 [num_seqs + 1]): q, out, lse have any number of rows.
 void check_decode_io(checker& c, const Tensor& q, const Tensor& out, const optional<Tensor>& lse,
-                     const Tensor& workspace, int64_t num_seqs, int64_t kv_heads, int64_t head_dim) {
-  c.cuda(q, "q", {at::kHalf, at::kBFloat16}, {num_seqs, any, head_dim});
+                     const Tensor& workspace, int64_t num_seqs, int64_t kv_heads, int64_t head_dim,
+                     const optional<Tensor>& qo_indptr = {}) {
+  c.cuda(q, "q", {at::kHalf, at::kBFloat16}, {qo_indptr ? any : num_seqs, any, head_dim});
   TORCH_CHECK_VALUE(q.size(1) > 0 && q.size(1) % kv_heads == 0, c.op, ": q heads (", q.size(1),
                     ") must be a positive multiple of kv_heads (", kv_heads, ")");
   c.same_dtype(out, "out", q, "q");
-  c.cuda(out, "out", {q.scalar_type()}, {num_seqs, q.size(1), head_dim});
+  c.cuda(out, "out", {q.scalar_type()}, {q.size(0), q.size(1), head_dim});
   c.cuda(workspace, "workspace", {at::kByte}, {any}, true);
-  if (lse) c.cuda(*lse, "lse", {at::kFloat}, {num_seqs, q.size(1)});
+  if (lse) c.cuda(*lse, "lse", {at::kFloat}, {q.size(0), q.size(1)});
+  if (qo_indptr) c.cuda(*qo_indptr, "qo_indptr", {at::kInt}, {num_seqs + 1});
+}
+
+// The C ABI params of a decode call (scalars are checked by the C ABI).
+kvtile_ops_decode_params decode_params(const checker& c, int64_t q_heads, at::ScalarType q_dtype,
+                                       double softmax_scale, int64_t num_splits, const optional<Tensor>& qo_indptr,
+                                       int64_t max_q_tokens, int64_t window_left, double logit_softcap) {
+  c.fits_int32({{q_heads, "q_heads"}, {num_splits, "num_splits"}, {max_q_tokens, "max_q_tokens"}});
+  TORCH_CHECK_VALUE(window_left >= -1 && window_left <= INT32_MAX, c.op, ": window_left (", window_left,
+                    ") must be -1 (no window) or in [0, 2^31)");
+  kvtile_ops_decode_params p;
+  c.result(kvtile_ops_decode_params_init(&p, sizeof p));
+  p.q_dtype = q_dtype == at::kBFloat16 ? KVTILE_OPS_BF16 : q_dtype == at::kHalf ? KVTILE_OPS_FP16 : -1;
+  p.q_heads = static_cast<int32_t>(q_heads);
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.num_splits = static_cast<int32_t>(num_splits);
+  p.qo_indptr = qo_indptr ? qo_indptr->data_ptr<int32_t>() : nullptr;
+  p.max_q_tokens = static_cast<int32_t>(max_q_tokens);
+  p.window_left = static_cast<int32_t>(window_left);
+  p.logit_softcap = static_cast<float>(logit_softcap);
+  return p;
+}
+
+void set_io(kvtile_ops_decode_params& p, const Tensor& q, const Tensor& out, const optional<Tensor>& lse,
+            const Tensor& workspace) {
+  p.q = q.data_ptr();
+  p.out = out.data_ptr();
+  p.lse = lse ? lse->data_ptr<float>() : nullptr;
+  p.workspace = workspace.data_ptr();
+  p.workspace_bytes = static_cast<size_t>(workspace.numel());
 }
 
 void check_workspace(const checker& c, const Tensor& workspace, size_t need, const char* sizer) {
@@ -311,38 +345,38 @@ void dequantize_pages(const Tensor& pages, const Tensor& page_ids, const Tensor&
 }
 
 int64_t decode_workspace_bytes(int64_t preset, int64_t head_dim, int64_t kv_heads, int64_t num_seqs,
-                               int64_t max_pages_per_seq, int64_t q_heads, int64_t num_splits) {
+                               int64_t max_pages_per_seq, int64_t q_heads, int64_t num_splits, int64_t max_q_tokens) {
   checker c{"kvtile.decode_workspace_bytes"};
   c.fits_int32({{kv_heads, "kv_heads"}, {num_seqs, "num_seqs"}, {max_pages_per_seq, "max_pages_per_seq"},
-                {q_heads, "q_heads"}, {num_splits, "num_splits"}});
+                {q_heads, "q_heads"}, {num_splits, "num_splits"}, {max_q_tokens, "max_q_tokens"}});
   kvtile_ops_cache d{};
   d.preset = static_cast<int32_t>(preset);
   d.head_dim = static_cast<int32_t>(head_dim);
   d.kv_heads = static_cast<int32_t>(kv_heads);
   d.num_seqs = static_cast<int32_t>(num_seqs);
   d.max_pages_per_seq = static_cast<int32_t>(max_pages_per_seq);
+  kvtile_ops_decode_params p = decode_params(c, q_heads, at::kHalf, 1.0, num_splits, {}, max_q_tokens, -1, 0.0);
   size_t bytes = 0;
-  c.result(kvtile_ops_decode_workspace_bytes(&d, static_cast<int>(q_heads), static_cast<int>(num_splits), &bytes));
+  c.result(kvtile_ops_decode_workspace_bytes_ex(&d, &p, &bytes));
   return static_cast<int64_t>(bytes);
 }
 
 void decode(const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens, const Tensor& tail_k,
             const Tensor& tail_v, const optional<Tensor>& sink_k, const optional<Tensor>& sink_v,
             const optional<Tensor>& tail_slots, const Tensor& q, const Tensor& out, const optional<Tensor>& lse,
-            const Tensor& workspace, double softmax_scale, int64_t preset, int64_t num_splits) {
+            const Tensor& workspace, double softmax_scale, int64_t preset, int64_t num_splits,
+            const optional<Tensor>& qo_indptr, int64_t max_q_tokens, int64_t window_left, double logit_softcap) {
   checker c{"kvtile.decode"};
   auto d = cache_desc(c, preset, pages, page_table, seq_lens, tail_k, tail_v, sink_k, sink_v, tail_slots);
-  check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim);
-  c.fits_int32({{num_splits, "num_splits"}});
-  const int q_heads = static_cast<int>(q.size(1)), splits = static_cast<int>(num_splits);
+  check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim, qo_indptr);
+  kvtile_ops_decode_params p = decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, qo_indptr,
+                                             max_q_tokens, window_left, logit_softcap);
   size_t need = 0;
-  c.result(kvtile_ops_decode_workspace_bytes(&d, q_heads, splits, &need));
+  c.result(kvtile_ops_decode_workspace_bytes_ex(&d, &p, &need));
   check_workspace(c, workspace, need, "kvtile.decode_workspace_bytes");
+  set_io(p, q, out, lse, workspace);
   const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode(&d, dtype_code(q.scalar_type()), q.data_ptr(), out.data_ptr(),
-                             lse ? lse->data_ptr<float>() : nullptr, q_heads, static_cast<float>(softmax_scale),
-                             workspace.data_ptr(), static_cast<size_t>(workspace.numel()), splits,
-                             current_stream(c)));
+  c.result(kvtile_ops_decode_ex(&d, &p, current_stream(c)));
 }
 
 int64_t fp16_decode_workspace_bytes(int64_t head_dim, int64_t kv_heads, int64_t num_seqs, int64_t max_pages_per_seq,
@@ -360,10 +394,10 @@ int64_t fp16_decode_workspace_bytes(int64_t head_dim, int64_t kv_heads, int64_t 
   return static_cast<int64_t>(bytes);
 }
 
-void fp16_decode(const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table, const Tensor& seq_lens,
-                 const Tensor& q, const Tensor& out, const optional<Tensor>& lse, const Tensor& workspace,
-                 double softmax_scale, int64_t num_splits) {
-  checker c{"kvtile.fp16_decode"};
+// The fp16 cache's tensors -> the C ABI descriptor: k_pages, v_pages [num_pages, kv_heads, 64, D] fp16,
+// page_table [num_seqs, max_pages] int32, seq_lens [num_seqs] int32.
+kvtile_ops_fp16_cache fp16_desc(checker& c, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
+                                const Tensor& seq_lens) {
   const int64_t page_tokens = kvtile_ops_fp16_page_tokens();
   c.rank(k_pages, "k_pages", 4, "[num_pages, kv_heads, 64, head_dim]");
   c.rank(page_table, "page_table", 2, "[num_seqs, max_pages_per_seq]");
@@ -373,9 +407,7 @@ void fp16_decode(const Tensor& k_pages, const Tensor& v_pages, const Tensor& pag
   c.cuda(v_pages, "v_pages", {at::kHalf}, page_shape, true);
   c.cuda(page_table, "page_table", {at::kInt}, {num_seqs, any});
   c.cuda(seq_lens, "seq_lens", {at::kInt}, {num_seqs});
-  check_decode_io(c, q, out, lse, workspace, num_seqs, kv_heads, head_dim);
-  c.fits_int32({{k_pages.size(0), "num_pages"}, {num_seqs, "num_seqs"}, {page_table.size(1), "max_pages_per_seq"},
-                {num_splits, "num_splits"}});
+  c.fits_int32({{k_pages.size(0), "num_pages"}, {num_seqs, "num_seqs"}, {page_table.size(1), "max_pages_per_seq"}});
   kvtile_ops_fp16_cache d{};
   d.head_dim = static_cast<int32_t>(head_dim);
   d.kv_heads = static_cast<int32_t>(kv_heads);
@@ -386,15 +418,152 @@ void fp16_decode(const Tensor& k_pages, const Tensor& v_pages, const Tensor& pag
   d.v = v_pages.data_ptr();
   d.page_table = page_table.data_ptr<int32_t>();
   d.seq_lens = seq_lens.data_ptr<int32_t>();
-  const int q_heads = static_cast<int>(q.size(1)), splits = static_cast<int>(num_splits);
+  return d;
+}
+
+void fp16_decode(const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table, const Tensor& seq_lens,
+                 const Tensor& q, const Tensor& out, const optional<Tensor>& lse, const Tensor& workspace,
+                 double softmax_scale, int64_t num_splits, int64_t window_left, double logit_softcap) {
+  checker c{"kvtile.fp16_decode"};
+  kvtile_ops_fp16_cache d = fp16_desc(c, k_pages, v_pages, page_table, seq_lens);
+  check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim);
+  kvtile_ops_decode_params p =
+      decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
   size_t need = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, q_heads, splits, &need));
+  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, p.q_heads, p.num_splits, &need));
   check_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes");
+  set_io(p, q, out, lse, workspace);
   const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_fp16_decode(&d, dtype_code(q.scalar_type()), q.data_ptr(), out.data_ptr(),
-                                  lse ? lse->data_ptr<float>() : nullptr, q_heads, static_cast<float>(softmax_scale),
-                                  workspace.data_ptr(), static_cast<size_t>(workspace.numel()), splits,
-                                  current_stream(c)));
+  c.result(kvtile_ops_fp16_decode_ex(&d, &p, current_stream(c)));
+}
+
+// ---- plan / run ----------------------------------------------------------------------
+// A plan is an int handle (the kvtile_ops_decode_plan pointer) that the Python
+// DecodePlan owns; every op looks it up among the live plans first, so a
+// destroyed or made-up handle raises instead of being dereferenced.
+std::mutex plans_mutex;
+std::unordered_set<kvtile_ops_decode_plan*>& live_plans() {
+  static std::unordered_set<kvtile_ops_decode_plan*> plans;
+  return plans;
+}
+
+kvtile_ops_decode_plan* plan_of(const checker& c, int64_t handle) {
+  auto* p = reinterpret_cast<kvtile_ops_decode_plan*>(static_cast<std::uintptr_t>(handle));
+  const std::lock_guard<std::mutex> lock(plans_mutex);
+  TORCH_CHECK_VALUE(live_plans().count(p) == 1, c.op, ": ", handle,
+                    " is not a live plan handle (destroyed, or not from kvtile.decode_plan_create)");
+  return p;
+}
+
+int64_t decode_plan_create() {
+  checker c{"kvtile.decode_plan_create"};
+  kvtile_ops_decode_plan* p = nullptr;
+  c.result(kvtile_ops_decode_plan_create(&p));
+  const std::lock_guard<std::mutex> lock(plans_mutex);
+  live_plans().insert(p);
+  return static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(p));
+}
+
+void decode_plan_destroy(int64_t handle) {
+  checker c{"kvtile.decode_plan_destroy"};
+  kvtile_ops_decode_plan* p = plan_of(c, handle);
+  {
+    const std::lock_guard<std::mutex> lock(plans_mutex);
+    live_plans().erase(p);
+  }
+  c.result(kvtile_ops_decode_plan_destroy(p));
+}
+
+std::vector<int64_t> decode_plan_info(int64_t handle) {
+  checker c{"kvtile.decode_plan_info"};
+  int32_t ctas = 0, chunks = 0;
+  c.result(kvtile_ops_decode_plan_info(plan_of(c, handle), &ctas, &chunks));
+  return {ctas, chunks};
+}
+
+// host_seq_lens: CPU int32 [num_seqs], the lengths seq_lens will hold when run executes.
+const int32_t* host_lens(checker& c, const Tensor& host_seq_lens, int64_t num_seqs) {
+  c.cpu(host_seq_lens, "host_seq_lens", {at::kInt}, {num_seqs});
+  return host_seq_lens.data_ptr<int32_t>();
+}
+
+void decode_plan(int64_t handle, const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens,
+                 const Tensor& tail_k, const Tensor& tail_v, const optional<Tensor>& sink_k,
+                 const optional<Tensor>& sink_v, const optional<Tensor>& tail_slots, const Tensor& host_seq_lens,
+                 const Tensor& workspace, int64_t q_heads, at::ScalarType q_dtype, double softmax_scale,
+                 int64_t preset, int64_t num_splits, const optional<Tensor>& qo_indptr, int64_t max_q_tokens,
+                 int64_t window_left, double logit_softcap) {
+  checker c{"kvtile.decode_plan"};
+  kvtile_ops_decode_plan* plan = plan_of(c, handle);
+  auto d = cache_desc(c, preset, pages, page_table, seq_lens, tail_k, tail_v, sink_k, sink_v, tail_slots);
+  const int32_t* lens = host_lens(c, host_seq_lens, d.num_seqs);
+  c.cuda(workspace, "workspace", {at::kByte}, {any}, true);
+  if (qo_indptr) c.cuda(*qo_indptr, "qo_indptr", {at::kInt}, {d.num_seqs + 1});
+  TORCH_CHECK_TYPE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, c.op,
+                   ": q_dtype must be float16 or bfloat16 (got ", c10::toString(q_dtype), ")");
+  kvtile_ops_decode_params p = decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, qo_indptr, max_q_tokens,
+                                             window_left, logit_softcap);
+  size_t need = 0;
+  c.result(kvtile_ops_decode_workspace_bytes_ex(&d, &p, &need));
+  check_workspace(c, workspace, need, "kvtile.decode_workspace_bytes");
+  p.workspace = workspace.data_ptr();
+  p.workspace_bytes = static_cast<size_t>(workspace.numel());
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(kvtile_ops_decode_plan_build(plan, &d, lens, &p, current_stream(c)));
+}
+
+void decode_run(int64_t handle, const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens,
+                const Tensor& tail_k, const Tensor& tail_v, const optional<Tensor>& sink_k,
+                const optional<Tensor>& sink_v, const optional<Tensor>& tail_slots, const Tensor& q, const Tensor& out,
+                const optional<Tensor>& lse, const Tensor& workspace, double softmax_scale, int64_t preset,
+                int64_t num_splits, const optional<Tensor>& qo_indptr, int64_t max_q_tokens, int64_t window_left,
+                double logit_softcap) {
+  checker c{"kvtile.decode_run"};
+  const kvtile_ops_decode_plan* plan = plan_of(c, handle);
+  auto d = cache_desc(c, preset, pages, page_table, seq_lens, tail_k, tail_v, sink_k, sink_v, tail_slots);
+  check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim, qo_indptr);
+  kvtile_ops_decode_params p = decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, qo_indptr,
+                                             max_q_tokens, window_left, logit_softcap);
+  set_io(p, q, out, lse, workspace);
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(kvtile_ops_decode_plan_run(plan, &d, &p, current_stream(c)));
+}
+
+void fp16_decode_plan(int64_t handle, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
+                      const Tensor& seq_lens, const Tensor& host_seq_lens, const Tensor& workspace, int64_t q_heads,
+                      at::ScalarType q_dtype, double softmax_scale, int64_t num_splits, int64_t window_left,
+                      double logit_softcap) {
+  checker c{"kvtile.fp16_decode_plan"};
+  kvtile_ops_decode_plan* plan = plan_of(c, handle);
+  kvtile_ops_fp16_cache d = fp16_desc(c, k_pages, v_pages, page_table, seq_lens);
+  const int32_t* lens = host_lens(c, host_seq_lens, d.num_seqs);
+  c.cuda(workspace, "workspace", {at::kByte}, {any}, true);
+  TORCH_CHECK_TYPE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, c.op,
+                   ": q_dtype must be float16 or bfloat16 (got ", c10::toString(q_dtype), ")");
+  kvtile_ops_decode_params p =
+      decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
+  size_t need = 0;
+  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, p.q_heads, p.num_splits, &need));
+  check_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes");
+  p.workspace = workspace.data_ptr();
+  p.workspace_bytes = static_cast<size_t>(workspace.numel());
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(kvtile_ops_decode_plan_build_fp16(plan, &d, lens, &p, current_stream(c)));
+}
+
+void fp16_decode_run(int64_t handle, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
+                     const Tensor& seq_lens, const Tensor& q, const Tensor& out, const optional<Tensor>& lse,
+                     const Tensor& workspace, double softmax_scale, int64_t num_splits, int64_t window_left,
+                     double logit_softcap) {
+  checker c{"kvtile.fp16_decode_run"};
+  const kvtile_ops_decode_plan* plan = plan_of(c, handle);
+  kvtile_ops_fp16_cache d = fp16_desc(c, k_pages, v_pages, page_table, seq_lens);
+  check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim);
+  kvtile_ops_decode_params p =
+      decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
+  set_io(p, q, out, lse, workspace);
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(kvtile_ops_decode_plan_run_fp16(plan, &d, &p, current_stream(c)));
 }
 #else
 // A build without CUDA: every device op (whatever its arguments) raises.
@@ -405,6 +574,12 @@ void no_cuda(const c10::OperatorHandle& op, torch::jit::Stack*) {
 #endif
 
 }  // namespace
+
+// The cache arguments of the quantized device ops, and the decode options.
+#define KVTILE_CACHE_ARGS                                                                                      \
+  "Tensor pages, Tensor page_table, Tensor seq_lens, Tensor tail_k, Tensor tail_v, Tensor? sink_k, Tensor? sink_v, " \
+  "Tensor? tail_slots, "
+#define KVTILE_DECODE_OPTIONS "Tensor? qo_indptr=None, int max_q_tokens=1, int window_left=-1, float logit_softcap=0.0"
 
 TORCH_LIBRARY(kvtile, m) {
   m.def("preset_info(int preset, int head_dim) -> int[]", &preset_info);
@@ -419,23 +594,45 @@ TORCH_LIBRARY(kvtile, m) {
         "Tensor(f!)? flags) -> ()");
   m.def("dequantize_pages(Tensor pages, Tensor page_ids, Tensor(a!) out_k, Tensor(b!) out_v, int preset, "
         "bool original_frame) -> ()");
-  m.def("decode(Tensor pages, Tensor page_table, Tensor seq_lens, Tensor tail_k, Tensor tail_v, Tensor? sink_k, "
-        "Tensor? sink_v, Tensor? tail_slots, Tensor q, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, "
-        "float softmax_scale, int preset, int num_splits) -> ()");
+  m.def("decode(" KVTILE_CACHE_ARGS "Tensor q, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, "
+        "float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
   m.def("fp16_decode(Tensor k_pages, Tensor v_pages, Tensor page_table, Tensor seq_lens, Tensor q, Tensor(a!) out, "
-        "Tensor(b!)? lse, Tensor(c!) workspace, float softmax_scale, int num_splits) -> ()");
+        "Tensor(b!)? lse, Tensor(c!) workspace, float softmax_scale, int num_splits, int window_left=-1, "
+        "float logit_softcap=0.0) -> ()");
+  // plan / run: plan reads host_seq_lens (CPU int32) and writes the work list into the workspace
+  m.def("decode_plan(int plan, " KVTILE_CACHE_ARGS "Tensor host_seq_lens, Tensor(a!) workspace, int q_heads, "
+        "ScalarType q_dtype, float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
+  m.def("decode_run(int plan, " KVTILE_CACHE_ARGS "Tensor q, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, "
+        "float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
+  m.def("fp16_decode_plan(int plan, Tensor k_pages, Tensor v_pages, Tensor page_table, Tensor seq_lens, "
+        "Tensor host_seq_lens, Tensor(a!) workspace, int q_heads, ScalarType q_dtype, float softmax_scale, "
+        "int num_splits, int window_left=-1, float logit_softcap=0.0) -> ()");
+  m.def("fp16_decode_run(int plan, Tensor k_pages, Tensor v_pages, Tensor page_table, Tensor seq_lens, Tensor q, "
+        "Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, float softmax_scale, int num_splits, "
+        "int window_left=-1, float logit_softcap=0.0) -> ()");
+  // ops without tensor arguments: one kernel for every backend
   const char* ws = "decode_workspace_bytes(int preset, int head_dim, int kv_heads, int num_seqs, "
-                   "int max_pages_per_seq, int q_heads, int num_splits) -> int";
+                   "int max_pages_per_seq, int q_heads, int num_splits, int max_q_tokens=1) -> int";
   const char* fp16_ws = "fp16_decode_workspace_bytes(int head_dim, int kv_heads, int num_seqs, int max_pages_per_seq, "
                         "int q_heads, int num_splits) -> int";
+  const char* create = "decode_plan_create() -> int";
+  const char* destroy = "decode_plan_destroy(int plan) -> ()";
+  const char* info = "decode_plan_info(int plan) -> int[]";
 #ifdef KVTILE_WITH_CUDA
   m.def(ws, &decode_workspace_bytes);
   m.def(fp16_ws, &fp16_decode_workspace_bytes);
+  m.def(create, &decode_plan_create);
+  m.def(destroy, &decode_plan_destroy);
+  m.def(info, &decode_plan_info);
 #else
-  m.def(ws, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
-  m.def(fp16_ws, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
+  for (const char* schema : {ws, fp16_ws, create, destroy, info})
+    m.def(schema, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
 #endif
 }
+
+#define KVTILE_DEVICE_OPS(X) \
+  X(prefill) X(append) X(dequantize_pages) X(decode) X(fp16_decode) X(decode_plan) X(decode_run) \
+  X(fp16_decode_plan) X(fp16_decode_run)
 
 // The host codec ops run on CPU tensors; registered for CUDA too so that CUDA
 // tensors get kvtile's "must be a CPU tensor" instead of the dispatcher's error.
@@ -444,25 +641,21 @@ TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
   m.impl("encode_tiles", &encode_tiles);
   m.impl("decode_tiles", &decode_tiles);
 #ifdef KVTILE_WITH_CUDA
-  m.impl("prefill", &prefill);
-  m.impl("append", &append);
-  m.impl("dequantize_pages", &dequantize_pages);
-  m.impl("decode", &decode);
-  m.impl("fp16_decode", &fp16_decode);
+#define KVTILE_IMPL(op) m.impl(#op, &op);
+  KVTILE_DEVICE_OPS(KVTILE_IMPL)
 #else
-  for (const char* op : {"prefill", "append", "dequantize_pages", "decode", "fp16_decode"})
-    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
+#define KVTILE_IMPL(op) m.impl(#op, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
+  KVTILE_DEVICE_OPS(KVTILE_IMPL)
 #endif
+#undef KVTILE_IMPL
 }
 #ifdef KVTILE_WITH_CUDA
 TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
   m.impl("encode_tiles", &encode_tiles);
   m.impl("decode_tiles", &decode_tiles);
-  m.impl("prefill", &prefill);
-  m.impl("append", &append);
-  m.impl("dequantize_pages", &dequantize_pages);
-  m.impl("decode", &decode);
-  m.impl("fp16_decode", &fp16_decode);
+#define KVTILE_IMPL(op) m.impl(#op, &op);
+  KVTILE_DEVICE_OPS(KVTILE_IMPL)
+#undef KVTILE_IMPL
 }
 #endif
 
