@@ -200,9 +200,10 @@ def test_plan_run_cuda_graph_replay_with_changing_lengths(max_q, window, cap):
         g.replay()
         got, got_lse = out.clone(), lse.clone()
         eager = plan.run(q, lse=lse)
-        assert torch.equal(got, eager), it
         nq = sum(n_new)
         live = [r for r, n in enumerate(n_new) if n]
+        # rows written: the nq new tokens (multi-query; rows past them are not outputs), or every row
+        assert torch.equal(got[:nq], eager[:nq]) if max_q > 1 else torch.equal(got, eager), it
         qq = q[:nq] if max_q > 1 else q[live]
         ref_out, ref_lse = reference(qq, kv_of(c, lens), lens, n_new, 4, window, cap)
         sel = slice(0, nq) if max_q > 1 else live
