@@ -10,7 +10,8 @@
 #             test (build/gpu/), kvtile-eval with CUDA (build/kvtile-eval-gpu/).
 #             Binaries already present and newer than every source are reused.
 #   test      GPU-codec identity tests, paged cache, launch setup, multi-GPU and
-#             sequence packing, unsupported_arch (an sm_86-only binary), attention API + plan test,
+#             sequence packing, unsupported_arch (an sm_86-only binary), ring_sync (the
+#             16-row ring's stage synchronization alone), attention API + plan test,
 #             example, the six attention accuracy sweeps, numeric test.
 #   soak      the paged-cache soak test (full run).
 #   eval      tools/kvtile-eval/cuda/run_gpu_check.sh --no-build.
@@ -100,7 +101,7 @@ if want build; then
   say "build start ($($NVCC --version | tail -1))"
   mkdir -p "$OUT/build"
   pids=()
-  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu; do
+  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu ring_sync; do
     nv build/gpu-codec/$n tests/device/$n.cu > "$OUT/build/$n.log" 2>&1 & pids+=($!)
   done
   # sm_86 machine code only (no PTX, no sm_90a): the launchers must answer unsupported_arch on this GPU
@@ -226,7 +227,7 @@ fi
 if want test; then
   say "test"
   mkdir -p "$OUT/test"
-  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu unsupported_arch; do
+  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu unsupported_arch ring_sync; do
     run_logged "$OUT/test/$n.log" build/gpu-codec/$n || rc=1
     say "$n: $(grep -E 'passed|failed|mismatch|PASS|FAIL' "$OUT/test/$n.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$n.log"))"
   done
@@ -294,6 +295,8 @@ if want sanitize; then
     san $tool $C/paged_cache --quick & spids+=($!)
     throttle
     san $tool $C/multi_gpu & spids+=($!)  # (launch_setup provokes API errors on purpose: not run here)
+    throttle
+    san $tool $C/ring_sync & spids+=($!)  # the 16-row ring's stage synchronization alone (racecheck)
     throttle
     san $tool $A/attention --small & spids+=($!)
     throttle
