@@ -12,7 +12,7 @@
 // 3, 3, 2, 2 tiles), 1 an "empty" mbarrier the second warp arrives on and the
 // first waits for, 2 named barriers with equal counts per ring (n = 8),
 // 3 named barriers, unequal counts, every ring padded to the same number of
-// barrier phases before the merge. Every mode's sum must be exact (integer
+// barrier phases (ceil(n / 4)) before the merge. Every mode's sum must be exact (integer
 // data); racecheck reports on modes 0/1 but not 2/3 would mean it loses the
 // order of the merge behind per-ring barrier phases of unequal counts.
 // Exit 0 pass, 1 fail, 77 no device (or not sm_90: bulk copies).
@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_sync_kernel(const float* 
       issue(jn, s);
     }
   }
-  if constexpr (Mode == 3) {  // the largest ring's phase count: tiles of ring 0 minus the last kStages
-    const int most = (n + kRings - 1) / kRings - kStages;
+  if constexpr (Mode == 3) {  // every ring to the same count: the loop's iterations of ring 0, a bound on any ring's
+    const int most = (n + kRings - 1) / kRings;
     for (; phases < most; ++phases) ad::named_barrier_sync(1 + ring, 64);
   }
   __syncthreads();  // every warp is done with its stages
