@@ -286,6 +286,18 @@ void check_workspace(const checker& c, const Tensor& workspace, size_t need, con
                     " bytes, this launch needs ", need, " (", sizer, ")");
 }
 
+// The plan ops: the planned query dtype, and the workspace (at least `need` bytes) into the params.
+void check_q_dtype(const checker& c, at::ScalarType q_dtype) {
+  TORCH_CHECK_TYPE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, c.op,
+                   ": q_dtype must be float16 or bfloat16 (got ", c10::toString(q_dtype), ")");
+}
+void attach_workspace(const checker& c, const Tensor& workspace, size_t need, const char* sizer,
+                      kvtile_ops_decode_params& p) {
+  check_workspace(c, workspace, need, sizer);
+  p.workspace = workspace.data_ptr();
+  p.workspace_bytes = static_cast<size_t>(workspace.numel());
+}
+
 void prefill(const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens, const Tensor& tail_k,
              const Tensor& tail_v, const optional<Tensor>& sink_k, const optional<Tensor>& sink_v,
              const optional<Tensor>& tail_slots, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
@@ -499,15 +511,12 @@ void decode_plan(int64_t handle, const Tensor& pages, const Tensor& page_table, 
   const int32_t* lens = host_lens(c, host_seq_lens, d.num_seqs);
   c.cuda(workspace, "workspace", {at::kByte}, {any}, true);
   if (qo_indptr) c.cuda(*qo_indptr, "qo_indptr", {at::kInt}, {d.num_seqs + 1});
-  TORCH_CHECK_TYPE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, c.op,
-                   ": q_dtype must be float16 or bfloat16 (got ", c10::toString(q_dtype), ")");
+  check_q_dtype(c, q_dtype);
   kvtile_ops_decode_params p = decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, qo_indptr, max_q_tokens,
                                              window_left, logit_softcap);
   size_t need = 0;
   c.result(kvtile_ops_decode_workspace_bytes_ex(&d, &p, &need));
-  check_workspace(c, workspace, need, "kvtile.decode_workspace_bytes");
-  p.workspace = workspace.data_ptr();
-  p.workspace_bytes = static_cast<size_t>(workspace.numel());
+  attach_workspace(c, workspace, need, "kvtile.decode_workspace_bytes", p);
   const c10::cuda::CUDAGuard guard(*c.device);
   c.result(kvtile_ops_decode_plan_build(plan, &d, lens, &p, current_stream(c)));
 }
@@ -538,15 +547,12 @@ void fp16_decode_plan(int64_t handle, const Tensor& k_pages, const Tensor& v_pag
   kvtile_ops_fp16_cache d = fp16_desc(c, k_pages, v_pages, page_table, seq_lens);
   const int32_t* lens = host_lens(c, host_seq_lens, d.num_seqs);
   c.cuda(workspace, "workspace", {at::kByte}, {any}, true);
-  TORCH_CHECK_TYPE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, c.op,
-                   ": q_dtype must be float16 or bfloat16 (got ", c10::toString(q_dtype), ")");
+  check_q_dtype(c, q_dtype);
   kvtile_ops_decode_params p =
       decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
   size_t need = 0;
   c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, p.q_heads, p.num_splits, &need));
-  check_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes");
-  p.workspace = workspace.data_ptr();
-  p.workspace_bytes = static_cast<size_t>(workspace.numel());
+  attach_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes", p);
   const c10::cuda::CUDAGuard guard(*c.device);
   c.result(kvtile_ops_decode_plan_build_fp16(plan, &d, lens, &p, current_stream(c)));
 }
