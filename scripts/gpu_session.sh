@@ -36,6 +36,11 @@
 #             their speed (JSON + Markdown under $OUT/jit80). JIT80_PREBUILT=DIR
 #             takes the binaries from DIR instead (built elsewhere with the same
 #             flags). Runs only when named in STAGES.
+# Prebuilt binaries: nvcc needs no GPU, so the build stage can run on a CPU
+# machine (`STAGES=build FILTER=... scripts/gpu_session.sh`, then carry a
+# tarball of build/gpu-codec build_attn build/gpu build/jit80); on the GPU
+# machine, after unpacking, REUSE=1 takes every existing binary as up to date
+# (a copy does not keep the modification times that the freshness check reads).
 # Logs: $OUT/<stage>/... ; at the end everything is packed into
 # $OUT/logs.tar.gz (the device tool returns at most 8 files) and
 # $OUT/summary.txt. DEADLINE (seconds, default 560) skips stages that would
@@ -69,7 +74,7 @@ sel() { [[ $1 =~ ${FILTER:-.} ]]; }
 nv() {  # nv <binary> <source> [extra flags]
   local b=$1 s=$2; shift 2
   sel "$b" || return 0
-  if [ -z "${REBUILD:-}" ] && fresh "$b" "$s"; then echo "up to date: $b"; return 0; fi
+  if [ -z "${REBUILD:-}" ] && { [ -n "${REUSE:-}" ] && [ -x "$b" ] || fresh "$b" "$s"; }; then echo "up to date: $b"; return 0; fi
   local t=$SECONDS
   $NVCC "$@" $FLAGS -o "$b" "$s" > "$b.buildlog" 2>&1; local r=$?  # extra flags first: a variant -I wins
   echo "built $b in $((SECONDS - t)) s (rc $r)"; [ $r = 0 ] || cat "$b.buildlog"
