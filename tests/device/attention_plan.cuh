@@ -213,6 +213,7 @@ void graph_case(bool small) {
   build_cache<Codec>(c, rng, qc, orig);
   const mods m{};
   step<Codec> st(qc, 8, rng, m);
+  ATTN_CUDA(cudaDeviceSynchronize());  // legacy-stream uploads, which the non-blocking stream does not wait for
   cudaStream_t stream;
   ATTN_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   attention::decode_plan plan;
@@ -258,6 +259,7 @@ void graph_case(bool small) {
   qc.lens = steps[1];
   ATTN_CUDA(cudaMemcpy(qc.d_lens.p, qc.lens.data(), qc.lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
   st.poison();
+  ATTN_CUDA(cudaDeviceSynchronize());  // the copy and the memset (legacy stream) before the replay
   ATTN_CUDA(cudaGraphLaunch(exec, stream));
   ATTN_CUDA(cudaStreamSynchronize(stream));
   check_step<Codec>(qc, st, m, "graph replay of paged_decode with new lengths");

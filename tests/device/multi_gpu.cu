@@ -121,6 +121,9 @@ struct gpu_cache {
     if (!s.ids.empty()) ids.up(s.ids);
     pk.up(s.pk);
     pv.up(s.pv);
+    // The memsets and uploads ran on the legacy stream, which `stream`
+    // (non-blocking) does not wait for.
+    KVT_CUDA(cudaDeviceSynchronize());
     view.pages = pages.p;
     view.page_table = table.p;
     view.seq_lens = lens.p;

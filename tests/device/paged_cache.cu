@@ -247,6 +247,7 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
     dav.up(all_v);
     dal.up(all_lens);
     counter.up(std::vector<std::int32_t>{0});
+    KVT_CUDA(cudaDeviceSynchronize());  // legacy-stream uploads done before the non-blocking stream reads them
     cudaStream_t stream;
     KVT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaGraph_t graph = nullptr;
@@ -393,6 +394,9 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
     kvtest::dbuf<half_t> gk(E + 1), gv(E + 1), rk(E + 1), rv(E + 1);
     for (half_t* b : {gk.p, gv.p, rk.p, rv.p})  // one element of each is not an output (shift): downloaded defined
       KVT_CUDA(cudaMemset(b, 0, (E + 1) * sizeof(half_t)));
+    // The memsets and copies above ran on the legacy stream, which a non-blocking
+    // stream does not wait for: finish them before the first launch on it.
+    KVT_CUDA(cudaDeviceSynchronize());
     std::vector<std::int32_t> rev(ids.rbegin(), ids.rend());
     cudaStream_t stream;
     KVT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -415,8 +419,8 @@ std::vector<unsigned char> run_scenario(const char* cfg, int S, int H, bool sink
           KVT_CUDA(cudaMemcpyAsync(gids.p, list->data(), cnt * 4, cudaMemcpyHostToDevice, stream));
           KVT_CUDA(cudaGraphLaunch(exec, stream));
           KVT_CUDA(cudaStreamSynchronize(stream));
-          kvtest::dbuf<std::int32_t> dids(cnt);
-          dids.up(*list);
+          kvtest::dbuf<std::int32_t> dids(cnt);  // uploaded in stream order (not the legacy stream's)
+          KVT_CUDA(cudaMemcpyAsync(dids.p, list->data(), cnt * 4, cudaMemcpyHostToDevice, stream));
           const kvtile::status sd =
               kvtile::device::launch_dequantize_pages<Codec>(dc.view, dids.p, cnt, rk.p + shift, rv.p + shift, f, stream);
           KVT_CUDA(cudaStreamSynchronize(stream));
