@@ -23,8 +23,9 @@
 #             (bench/device/attention_report.py) as $OUT/attention_report.{json,md}.
 #   profile   Nsight Compute on the prefill encode, decode-to-fp16 and the
 #             decode attention rows named by PROFILE_ATTN ("<shape>:<kernel> ...",
-#             bench_attention --shape/--kernel; default: k4v2_g128 at 16 x 64K
-#             and ragged32, k4v2_g128_mq8), with executed instructions per opcode.
+#             bench_attention --shape/--kernel; default: k4v2_g128 at 16 x 64K,
+#             ragged32 and 2 x 32K GQA 8, k4v2_g128_mq8), with executed
+#             instructions per opcode.
 #   jit80     the codec and paged device tests (block_codec_d*, paged_cache,
 #             launch_setup, multi_gpu, unsupported_arch with -DKVTILE_TEST_PTX80:
 #             paged launchers succeed, decode attention answers unsupported_arch)
@@ -88,6 +89,8 @@ nv_variants() {
     nv "$2_${v%%:*}" "$3" $(echo "${v#*:}" | tr ',' ' ') > "$OUT/build/$(basename "$2")_${v%%:*}.log" 2>&1 & pids+=($!)
   done
 }
+# the device tests of build/gpu-codec/ (built and run by the build and test stages)
+CODEC_TESTS="block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu ring_sync"
 # jit80 binaries: compute_80 PTX only (see the jit80 stage)
 JIT80_TESTS="block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu"
 JIT80_FLAGS=${FLAGS/-gencode=arch=compute_90a,code=sm_90a/-gencode=arch=compute_80,code=compute_80}
@@ -106,7 +109,7 @@ if want build; then
   say "build start ($($NVCC --version | tail -1))"
   mkdir -p "$OUT/build"
   pids=()
-  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu ring_sync; do
+  for n in $CODEC_TESTS; do
     nv build/gpu-codec/$n tests/device/$n.cu > "$OUT/build/$n.log" 2>&1 & pids+=($!)
   done
   # sm_86 machine code only (no PTX, no sm_90a): the launchers must answer unsupported_arch on this GPU
@@ -232,7 +235,7 @@ fi
 if want test; then
   say "test"
   mkdir -p "$OUT/test"
-  for n in block_codec_d64 block_codec_d128 block_codec_d256 paged_cache launch_setup multi_gpu unsupported_arch ring_sync; do
+  for n in $CODEC_TESTS unsupported_arch; do
     run_logged "$OUT/test/$n.log" build/gpu-codec/$n || rc=1
     say "$n: $(grep -E 'passed|failed|mismatch|PASS|FAIL' "$OUT/test/$n.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$n.log"))"
   done

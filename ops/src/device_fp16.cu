@@ -6,7 +6,7 @@
 
 #include <new>
 
-#include "ops_internal.hpp"
+#include "ops_cuda.cuh"
 
 namespace {
 
@@ -37,17 +37,19 @@ int with_dim(int head_dim, const char* function, F&& f) {
   }
 }
 
-// f(decode_args<QT>) for checked params.
-template <class F>
-int with_args(const kvtile_ops_decode_params& p, bool for_plan, F&& f) {
-  if (p.q_dtype == KVTILE_OPS_BF16) return f(kvtile_ops::args_of<kvtile::bfloat16_t>(p, for_plan));
-  return f(kvtile_ops::args_of<kvtile::half_t>(p, for_plan));
-}
+using kvtile_ops::launch_result;
+using kvtile_ops::with_args;
 
-int fp16_result(kvtile::status s, const char* fn) {
-  if (s == kvtile::status::cuda_error)
-    return kvtile_ops::fail(KVTILE_OPS_CUDA_ERROR, "%s: CUDA error: %s", fn, cudaGetErrorString(cudaPeekAtLastError()));
-  return kvtile_ops::from_status(s, fn);
+// One decode step over the fp16 cache (params checked; head_dim checked here).
+int launch_fp16_decode(const kvtile_ops_fp16_cache& cache, const kvtile_ops_decode_params& p, kvtile_ops_stream stream,
+                       const char* fn) {
+  return with_dim(cache.head_dim, fn, [&](auto d) -> int {
+    return with_args(p, false, [&](const auto& a) {
+      return launch_result(kvtile::attention::paged_decode_fp16<decltype(d)::value>(
+                               make_fp16_view(cache), a, reinterpret_cast<cudaStream_t>(stream)),
+                           fn);
+    });
+  });
 }
 
 // The fp16 baseline's checks of the _ex and plan functions beyond check_params.
@@ -81,13 +83,7 @@ int kvtile_ops_fp16_decode_ex(const kvtile_ops_fp16_cache* cache, const kvtile_o
   if (int e = kvtile_ops::check_params(params, fn, true)) return e;
   if (int e = kvtile_ops::check_io(params, fn)) return e;
   if (int e = check_fp16(cache, params, fn)) return e;
-  return with_dim(cache->head_dim, fn, [&](auto d) -> int {
-    return with_args(*params, false, [&](const auto& a) {
-      return fp16_result(kvtile::attention::paged_decode_fp16<decltype(d)::value>(
-                             make_fp16_view(*cache), a, reinterpret_cast<cudaStream_t>(stream)),
-                         fn);
-    });
-  });
+  return launch_fp16_decode(*cache, *params, stream, fn);
 }
 
 int kvtile_ops_decode_plan_build_fp16(kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* cache,
@@ -103,9 +99,9 @@ int kvtile_ops_decode_plan_build_fp16(kvtile_ops_decode_plan* plan, const kvtile
   const int r = with_dim(cache->head_dim, fn, [&](auto d) -> int {
     auto* impl = static_cast<kvtile::attention::decode_plan*>(plan->impl);
     return with_args(*params, true, [&](const auto& a) {
-      return fp16_result(impl->template plan_fp16<decltype(d)::value>(make_fp16_view(*cache), host_seq_lens, a,
-                                                                      reinterpret_cast<cudaStream_t>(stream)),
-                         fn);
+      return launch_result(impl->template plan_fp16<decltype(d)::value>(make_fp16_view(*cache), host_seq_lens, a,
+                                                                        reinterpret_cast<cudaStream_t>(stream)),
+                           fn);
     });
   });
   if (r == KVTILE_OPS_SUCCESS)
@@ -125,14 +121,9 @@ int kvtile_ops_decode_plan_run_fp16(const kvtile_ops_decode_plan* plan, const kv
   return with_dim(cache->head_dim, fn, [&](auto d) -> int {
     const auto* impl = static_cast<const kvtile::attention::decode_plan*>(plan->impl);
     return with_args(*params, false, [&](const auto& a) {
-      const kvtile::status s = impl->template run_fp16<decltype(d)::value>(make_fp16_view(*cache), a,
-                                                                          reinterpret_cast<cudaStream_t>(stream));
-      if (s == kvtile::status::invalid_argument)
-        return kvtile_ops::fail(KVTILE_OPS_INVALID_ARGUMENT,
-                                "%s: invalid argument, or the call does not match the last plan (cache shape, params, "
-                                "workspace or current device): plan again",
-                                fn);
-      return fp16_result(s, fn);
+      return kvtile_ops::run_result(impl->template run_fp16<decltype(d)::value>(
+                                        make_fp16_view(*cache), a, reinterpret_cast<cudaStream_t>(stream)),
+                                    fn);
     });
   });
 }
@@ -156,30 +147,14 @@ int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, int q_dtype, cons
                            kvtile_ops_stream stream) {
   const char* fn = "kvtile_ops_fp16_decode";
   if (!cache) return kvtile_ops::fail(KVTILE_OPS_NULL_POINTER, "%s: cache is NULL", fn);
-  return with_dim(cache->head_dim, fn, [&](auto d) -> int {
-    constexpr int D = decltype(d)::value;
-    auto run = [&](auto qt) -> int {
-      using QT = decltype(qt);
-      kvtile::attention::decode_args<QT> a;
-      a.q = static_cast<const QT*>(q);
-      a.out = static_cast<QT*>(out);
-      a.lse = lse;
-      a.q_heads = q_heads;
-      a.softmax_scale = softmax_scale;
-      a.workspace = workspace;
-      a.workspace_bytes = workspace_bytes;
-      a.num_splits = num_splits;
-      const kvtile::status s =
-          kvtile::attention::paged_decode_fp16<D>(make_fp16_view(*cache), a, reinterpret_cast<cudaStream_t>(stream));
-      if (s == kvtile::status::cuda_error)
-        return kvtile_ops::fail(KVTILE_OPS_CUDA_ERROR, "%s: CUDA error: %s", fn,
-                                cudaGetErrorString(cudaPeekAtLastError()));
-      return kvtile_ops::from_status(s, fn);
-    };
-    if (q_dtype == KVTILE_OPS_FP16) return run(kvtile::half_t{});
-    if (q_dtype == KVTILE_OPS_BF16) return run(kvtile::bfloat16_t{});
+  if (q_dtype != KVTILE_OPS_FP16 && q_dtype != KVTILE_OPS_BF16) {
+    if (int e = with_dim(cache->head_dim, fn, [](auto) { return 0; })) return e;  // head_dim is reported first
     return kvtile_ops::fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "%s: queries must be fp16 or bf16 (dtype %d)", fn, q_dtype);
-  });
+  }
+  return launch_fp16_decode(
+      *cache,
+      kvtile_ops::one_token_params(q_dtype, q, out, lse, q_heads, softmax_scale, workspace, workspace_bytes, num_splits),
+      stream, fn);
 }
 
 }  // extern "C"

@@ -10,18 +10,9 @@
 #include <kvtile/device/paged/dequantize_pages.cuh>
 #include <kvtile/device/paged/prefill.cuh>
 
-#include "ops_internal.hpp"
+#include "ops_cuda.cuh"
 
 namespace kvtile_ops {
-
-// A launch's status, with the CUDA error string when the launch itself failed.
-inline int launch_result(kvtile::status s, const char* function) {
-  if (s == kvtile::status::cuda_error) {
-    const cudaError_t e = cudaPeekAtLastError();
-    return fail(KVTILE_OPS_CUDA_ERROR, "%s: CUDA error: %s", function, cudaGetErrorString(e));
-  }
-  return from_status(s, function);
-}
 
 template <class Codec>
 struct device_ops {
@@ -79,30 +70,13 @@ struct device_ops {
     return KVTILE_OPS_SUCCESS;
   }
 
-  template <class QT>
-  static int decode_as(const kvtile_ops_cache& c, const void* q, void* out, float* lse, int q_heads, float scale,
-                       void* ws, std::size_t ws_bytes, int num_splits, kvtile_ops_stream stream) {
-    const auto view = make_view<Codec>(c);
-    kvtile::attention::decode_args<QT> a;
-    a.q = static_cast<const QT*>(q);
-    a.out = static_cast<QT*>(out);
-    a.lse = lse;
-    a.q_heads = q_heads;
-    a.softmax_scale = scale;
-    a.workspace = ws;
-    a.workspace_bytes = ws_bytes;
-    a.num_splits = num_splits;
-    return launch_result(kvtile::attention::paged_decode<Codec>(view, a, reinterpret_cast<cudaStream_t>(stream)),
-                         "kvtile_ops_decode");
-  }
-
+  // One token per sequence, no window or soft-cap: decode_ex's launch with those params.
   static int decode(const kvtile_ops_cache& c, int q_dtype, const void* q, void* out, float* lse, int q_heads,
                     float scale, void* ws, std::size_t ws_bytes, int num_splits, kvtile_ops_stream stream) {
-    if (q_dtype == KVTILE_OPS_FP16)
-      return decode_as<half_t>(c, q, out, lse, q_heads, scale, ws, ws_bytes, num_splits, stream);
-    if (q_dtype == KVTILE_OPS_BF16)
-      return decode_as<bf16_t>(c, q, out, lse, q_heads, scale, ws, ws_bytes, num_splits, stream);
-    return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_decode: queries must be fp16 or bf16 (dtype %d)", q_dtype);
+    if (q_dtype != KVTILE_OPS_FP16 && q_dtype != KVTILE_OPS_BF16)
+      return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_decode: queries must be fp16 or bf16 (dtype %d)", q_dtype);
+    return launch_decode(c, one_token_params(q_dtype, q, out, lse, q_heads, scale, ws, ws_bytes, num_splits), stream,
+                         "kvtile_ops_decode");
   }
 
   static int decode_workspace_bytes_ex(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p,
@@ -111,19 +85,17 @@ struct device_ops {
     return KVTILE_OPS_SUCCESS;
   }
 
-  // f(kvtile::attention::decode_args<QT>) for the params' query type (checked: fp16 or bf16).
-  template <class F>
-  static int with_args(const kvtile_ops_decode_params& p, bool for_plan, F&& f) {
-    if (p.q_dtype == KVTILE_OPS_BF16) return f(args_of<bf16_t>(p, for_plan));
-    return f(args_of<half_t>(p, for_plan));
-  }
-
-  static int decode_ex(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p, kvtile_ops_stream stream) {
+  static int launch_decode(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p, kvtile_ops_stream stream,
+                           const char* function) {
     const auto view = make_view<Codec>(c);
     return with_args(p, false, [&](const auto& a) {
       return launch_result(kvtile::attention::paged_decode<Codec>(view, a, reinterpret_cast<cudaStream_t>(stream)),
-                           "kvtile_ops_decode_ex");
+                           function);
     });
+  }
+
+  static int decode_ex(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p, kvtile_ops_stream stream) {
+    return launch_decode(c, p, stream, "kvtile_ops_decode_ex");
   }
 
   static int plan(void* impl, const kvtile_ops_cache& c, const std::int32_t* lens, const kvtile_ops_decode_params& p,
@@ -141,12 +113,8 @@ struct device_ops {
     const auto* plan = static_cast<const kvtile::attention::decode_plan*>(impl);
     const auto view = make_view<Codec>(c);
     return with_args(p, false, [&](const auto& a) {
-      const kvtile::status s = plan->template run<Codec>(view, a, reinterpret_cast<cudaStream_t>(stream));
-      if (s == kvtile::status::invalid_argument)
-        return fail(KVTILE_OPS_INVALID_ARGUMENT,
-                    "kvtile_ops_decode_plan_run: invalid argument, or the call does not match the last plan (cache shape, "
-                    "params, workspace or current device): plan again");
-      return launch_result(s, "kvtile_ops_decode_plan_run");
+      return run_result(plan->template run<Codec>(view, a, reinterpret_cast<cudaStream_t>(stream)),
+                        "kvtile_ops_decode_plan_run");
     });
   }
 

@@ -119,11 +119,8 @@ constexpr bool quant_swizzled() {
 // whether it was staged. Lane 0 of the ring's warp 0 issues the copies; with
 // H = 2 both warps of the ring meet on named barrier 1 + ring (bar.sync) after
 // each staged tile that is followed by a refill, so the other warp's reads of
-// the stage precede the refill. (An "empty" mbarrier that only the other warp
-// arrives on lets that warp run ahead, but compute-sanitizer's racecheck does
-// not see it order the reads before the refill's bulk copy; bar.arrive
-// without a wait cannot replace it: a warp running a tile ahead would arrive
-// twice in one barrier phase.)
+// the stage precede the refill (bar.arrive alone would not do: a warp a tile
+// ahead would arrive twice in one barrier phase).
 template <int R, int H, int Stages, class StageFn>
 KVTILE_DEVICE void ring_prologue(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
                                  StageFn&& stage_src) {

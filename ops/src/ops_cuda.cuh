@@ -1,0 +1,60 @@
+// ops/src/ops_cuda.cuh: helpers shared by kvtile_ops' CUDA translation units
+// (device_ops.cuh's per-preset tables, device_fp16.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <kvtile/numeric/bfloat16.hpp>
+#include <kvtile/numeric/half.hpp>
+#include <kvtile/status.hpp>
+
+#include "ops_internal.hpp"
+
+namespace kvtile_ops {
+
+// A launch's status, with the CUDA error string when the launch itself failed.
+inline int launch_result(kvtile::status s, const char* function) {
+  if (s == kvtile::status::cuda_error) {
+    const cudaError_t e = cudaPeekAtLastError();
+    return fail(KVTILE_OPS_CUDA_ERROR, "%s: CUDA error: %s", function, cudaGetErrorString(e));
+  }
+  return from_status(s, function);
+}
+
+// A plan's run: invalid_argument also covers a call that does not match the last plan.
+inline int run_result(kvtile::status s, const char* function) {
+  if (s == kvtile::status::invalid_argument)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                "%s: invalid argument, or the call does not match the last plan (cache shape, params, workspace or "
+                "current device): plan again",
+                function);
+  return launch_result(s, function);
+}
+
+// f(kvtile::attention::decode_args<QT>) for checked params (q_dtype fp16 or bf16).
+template <class F>
+int with_args(const kvtile_ops_decode_params& p, bool for_plan, F&& f) {
+  if (p.q_dtype == KVTILE_OPS_BF16) return f(args_of<kvtile::bfloat16_t>(p, for_plan));
+  return f(args_of<kvtile::half_t>(p, for_plan));
+}
+
+// The params of the one-token entry points (kvtile_ops_decode, kvtile_ops_fp16_decode):
+// no window, no soft-cap, one query token per sequence.
+inline kvtile_ops_decode_params one_token_params(int q_dtype, const void* q, void* out, float* lse, int q_heads,
+                                                 float scale, void* workspace, std::size_t workspace_bytes,
+                                                 int num_splits) {
+  kvtile_ops_decode_params p;
+  kvtile_ops_decode_params_init(&p, sizeof p);
+  p.q_dtype = q_dtype;
+  p.q = q;
+  p.out = out;
+  p.lse = lse;
+  p.q_heads = q_heads;
+  p.softmax_scale = scale;
+  p.workspace = workspace;
+  p.workspace_bytes = workspace_bytes;
+  p.num_splits = num_splits;
+  return p;
+}
+
+}  // namespace kvtile_ops
