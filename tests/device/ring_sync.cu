@@ -8,19 +8,23 @@
 // both warps read it, and the stage is refilled once both are done. Then the
 // CTA merges through a __syncthreads and shared-memory scratch over the stage
 // area, as write_partial does. Modes (one kernel each, so that racecheck names
-// them): 0 the kernel's named barrier (bar.sync per ring; n = 10: rings run
-// 3, 3, 2, 2 tiles), 1 an "empty" mbarrier the second warp arrives on and the
-// first waits for, 2 named barriers with equal counts per ring (n = 8),
-// 3 named barriers, unequal counts, every ring padded to the same number of
-// barrier phases (ceil(n / 4)) before the merge. Every mode's sum must be exact (integer
-// data); racecheck reports on modes 0/1 but not 2/3 would mean it loses the
-// order of the merge behind per-ring barrier phases of unequal counts.
+// them): 0 named barriers (bar.sync per ring; n = 10: rings run 3, 3, 2, 2
+// tiles), 2 named barriers with equal counts per ring (n = 8), 3 named
+// barriers, unequal counts, every ring padded to ceil(n / 4) barrier phases
+// before the merge (the form warp_loop uses), and, with --mbarrier, 1 an
+// "empty" mbarrier the second warp arrives on and the first waits for. Every
+// mode's sum must be exact (integer data). Racecheck (CUDA 13.0, H200,
+// 2026-12-03) reports mode 1 (it does not take the mbarrier arrive/wait as
+// ordering the reads before the refill's bulk copy) and none of 0, 2, 3; in
+// the full kernel (attention --small) it reports unequal counts, so warp_loop
+// pads as mode 3 does. The default run is expected racecheck-clean.
 // Exit 0 pass, 1 fail, 77 no device (or not sm_90: bulk copies).
 #include "gpu_codec_common.cuh"
 
 #include <kvtile/device/attention/detail/fragments.cuh>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 namespace {
@@ -117,7 +121,8 @@ int run(int n, const char* what) {
 }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool mbarrier = argc > 1 && std::string(argv[1]) == "--mbarrier";
   if (int r = kvtest::require_device()) return r;
   cudaDeviceProp prop;
   KVT_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -127,7 +132,7 @@ int main() {
   }
   int fail = 0;
   fail += run<0>(10, "named barrier per ring, unequal phase counts");
-  fail += run<1>(10, "empty mbarrier per stage, unequal counts");
+  if (mbarrier) fail += run<1>(10, "empty mbarrier per stage, unequal counts");
   fail += run<2>(8, "named barrier per ring, equal phase counts");
   fail += run<3>(10, "named barrier per ring, padded to equal phase counts");
   std::printf("ring_sync: %d failures -> %s\n", fail, fail ? "FAIL" : "PASS");
