@@ -116,8 +116,16 @@ if want build; then
   FLAGS=${FLAGS/-gencode=arch=compute_90a,code=sm_90a/-gencode=arch=compute_86,code=sm_86} \
     nv build/gpu-codec/unsupported_arch tests/device/unsupported_arch.cu > "$OUT/build/unsupported_arch.log" 2>&1 & pids+=($!)
   nv build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/build/gpu_codec_bench.log" 2>&1 & pids+=($!)
-  # CODEC_VARIANTS="name:-DFLAG=1,...": the GPU-codec benchmark with other flags (run --decode-only)
+  # CODEC_VARIANTS="name:-DFLAG=1,...": the GPU-codec benchmark with other flags (run with CODEC_VARIANT_ARGS,
+  # default --decode-only; --encode-only times the prefill rows)
   nv_variants "${CODEC_VARIANTS:-}" build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu
+  # CODEC_TEST_VARIANTS="name:-DFLAG=1,...": the paged-cache and D = 128 block-codec identity tests with other flags
+  for v in ${CODEC_TEST_VARIANTS:-}; do
+    for n in paged_cache block_codec_d128; do
+      nv build/gpu-codec/${n}_${v%%:*} tests/device/$n.cu $(echo "${v#*:}" | tr ',' ' ') \
+        > "$OUT/build/${n}_${v%%:*}.log" 2>&1 & pids+=($!)
+    done
+  done
   for t in attention attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
     nv build_attn/$t tests/device/$t.cu > "$OUT/build/$t.log" 2>&1 & pids+=($!)
   done
@@ -162,13 +170,14 @@ if want bench; then
     build/gpu-codec/gpu_codec_bench --out "$OUT/bench" --iters ${BENCH_ITERS:-15} --command "scripts/gpu_session.sh (bench)" \
       > "$OUT/bench/gpu_codec.log" 2>&1 || rc=1
   fi
-  grep -E "^(prefill|decode|copy)|append .* 64 " "$OUT/bench/gpu_codec.log" | head -20 | tee -a "$SUMMARY"
+  grep -E "^(prefill|decode|copy)|append .* 64 |FAILED" "$OUT/bench/gpu_codec.log" | head -24 | tee -a "$SUMMARY"
   for v in ${CODEC_VARIANTS:-}; do
     n=${v%%:*}
-    build/gpu-codec/gpu_codec_bench_$n --decode-only --out "$OUT/bench" --stem "gpu_codec_$n" --iters 15 \
-      --command "gpu_codec_bench_$n --decode-only (${v#*:})" > "$OUT/bench/gpu_codec_$n.log" 2>&1 || rc=1
+    build/gpu-codec/gpu_codec_bench_$n ${CODEC_VARIANT_ARGS:---decode-only} --out "$OUT/bench" --stem "gpu_codec_$n" \
+      --iters 15 --command "gpu_codec_bench_$n ${CODEC_VARIANT_ARGS:---decode-only} (${v#*:})" \
+      > "$OUT/bench/gpu_codec_$n.log" 2>&1 || rc=1
     echo "codec variant $n (${v#*:}):" >> "$SUMMARY"
-    grep -E "^(decode|copy)" "$OUT/bench/gpu_codec_$n.log" >> "$SUMMARY"
+    grep -E "^(prefill|decode|copy|identity)|FAILED" "$OUT/bench/gpu_codec_$n.log" >> "$SUMMARY"
   done
   if sel build_attn/bench_attention; then
     build_attn/bench_attention --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
@@ -238,6 +247,12 @@ if want test; then
   for n in $CODEC_TESTS unsupported_arch; do
     run_logged "$OUT/test/$n.log" build/gpu-codec/$n || rc=1
     say "$n: $(grep -E 'passed|failed|mismatch|PASS|FAIL' "$OUT/test/$n.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$n.log"))"
+  done
+  for v in ${CODEC_TEST_VARIANTS:-}; do
+    for n in paged_cache block_codec_d128; do
+      run_logged "$OUT/test/${n}_${v%%:*}.log" build/gpu-codec/${n}_${v%%:*} || rc=1
+      say "${n}_${v%%:*} (${v#*:}): $(grep -E 'passed|failed|mismatch|PASS|FAIL' "$OUT/test/${n}_${v%%:*}.log" | tail -n 1) ($(tail -n 1 "$OUT/test/${n}_${v%%:*}.log"))"
+    done
   done
   run_logged "$OUT/test/attention.log" build_attn/attention || rc=1
   say "attention: $(grep -E 'passed' "$OUT/test/attention.log" | tail -n 1) ($(tail -n 1 "$OUT/test/attention.log"))"

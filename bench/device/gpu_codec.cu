@@ -11,7 +11,14 @@
 //   decode      launch_dequantize_pages of all 4096 x 8 pages to fp16, rotated and original frames
 // Reports GB/s of fp16 data (prefill: fp16 bytes read; decode: fp16 bytes
 // written) and the ratio to the copy ceiling. Writes <dir>/<stem>.json and .md.
-// Usage: gpu_codec [--out DIR] [--stem NAME] [--iters N] [--command "how it was run"] [--decode-only]
+// Every prefill row also checks sampled records (32 tiles spread over
+// sequences, tiles and heads) byte for byte against the host codec's encode of
+// the same tokens (host_rotate_to_half + paged_record_codec, the paged cache's
+// host model); a mismatch fails the run (exit 1). The first prefill row prints
+// the kernel's registers, local memory and resident blocks per SM.
+// Usage: gpu_codec [--out DIR] [--stem NAME] [--iters N] [--command "how it was run"] [--decode-only | --encode-only]
+//   --decode-only: copy ceiling and decode (prefill encodes once, untimed)
+//   --encode-only: copy ceiling and the prefill rows (no decode, no append)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -131,9 +138,40 @@ struct cache {
 };
 
 half_t *g_k = nullptr, *g_v = nullptr;
+std::vector<half_t> g_hk, g_hv;  // host copies of the inputs (identity check)
 bool g_decode_only = false;  // --decode-only: copy ceiling and decode to fp16 (prefill encodes once, untimed)
+bool g_encode_only = false;  // --encode-only: copy ceiling and prefill rows only
+bool g_attrs_printed = false;
+long g_identity_fail = 0;
 std::int32_t* g_cu = nullptr;
 constexpr std::size_t kTokElems = static_cast<std::size_t>(SEQS) * TOK * H * D;
+
+// Sampled records of the prefill vs the host codec on the same tokens.
+template <class Codec>
+void check_identity(const char* name, const kvtile::paged_cache_view& v) {
+  using PC = kvtile::device::paged_record_codec<Codec>;
+  constexpr std::size_t RB = Codec::record_bytes;
+  constexpr int samples = 32, tiles = TOK / G;
+  std::vector<std::int32_t> table(static_cast<std::size_t>(SEQS) * tiles);
+  CK(cudaMemcpy(table.data(), v.page_table, table.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<half_t> tk(G * D), tv(G * D);
+  std::vector<unsigned char> host(RB), dev(RB);
+  int bad = 0;
+  for (int i = 0; i < samples; ++i) {
+    const int s = (i * 5) % SEQS, tile = (i * 13 + i / 4) % tiles, h = (i * 3) % H;
+    for (int g = 0; g < G; ++g) {
+      const std::size_t src = ((static_cast<std::size_t>(s) * TOK + tile * G + g) * H + h) * D;
+      kvtile::device::host_rotate_to_half<typename Codec::rotation, D>(&g_hk[src], &tk[g * D]);
+      kvtile::device::host_rotate_to_half<typename Codec::rotation, D>(&g_hv[src], &tv[g * D]);
+    }
+    const kvtile::status st = PC::encode(tk.data(), D, tv.data(), D, host.data());
+    const std::int32_t page = table[static_cast<std::size_t>(s) * tiles + tile];
+    CK(cudaMemcpy(dev.data(), v.record(page, h), RB, cudaMemcpyDeviceToHost));
+    if (!kvtile::ok(st) || std::memcmp(host.data(), dev.data(), RB) != 0) ++bad;
+  }
+  std::printf("identity %-28s %d/%d sampled records byte-identical to the host codec\n", name, samples - bad, samples);
+  g_identity_fail += bad;
+}
 
 template <class Codec, int BLOCK_THREADS = 512>
 void bench_prefill(const char* name, bool decode_too) {
@@ -141,10 +179,24 @@ void bench_prefill(const char* name, bool decode_too) {
   c.make(SEQS, TOK / G, static_cast<std::int64_t>(Codec::record_bytes));
   c.set_lens(std::vector<std::int32_t>(SEQS, TOK));
   auto prefill = [&] { check(kvtile::device::launch_prefill<Codec, half_t, BLOCK_THREADS>(c.v, g_k, g_v, g_cu, TOK)); };
+  if (!g_attrs_printed) {
+    g_attrs_printed = true;
+    auto* kern = kvtile::device::prefill_kernel<Codec, BLOCK_THREADS, half_t>;
+    cudaFuncAttributes fa{};
+    int blocks = 0;
+    CK(cudaFuncGetAttributes(&fa, kern));
+    check(kvtile::device::prepare_prefill<Codec, half_t, BLOCK_THREADS>());  // shared-memory limit set
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kern, BLOCK_THREADS,
+                                                     kvtile::device::prefill_smem_bytes<Codec, BLOCK_THREADS>()));
+    std::printf("prefill kernel %s: %d registers, %zu B local, %zu B shared, %d blocks/SM of %d threads\n", name,
+                fa.numRegs, static_cast<std::size_t>(fa.localSizeBytes),
+                kvtile::device::prefill_smem_bytes<Codec, BLOCK_THREADS>(), blocks, BLOCK_THREADS);
+  }
   if (g_decode_only) {
     if (!decode_too) return;
     prefill();  // the records to decode, untimed
     CK(cudaDeviceSynchronize());
+    check_identity<Codec>(name, c.v);
   } else {
     const double us = median_us(prefill);
     const double bytes = 2.0 * kTokElems * 2;  // K and V fp16 read
@@ -152,8 +204,9 @@ void bench_prefill(const char* name, bool decode_too) {
     g_rows.push_back({name, "prefill_encode", us, gbps, gbps / g_copy_gbps, "fp16 bytes read (K+V)"});
     std::printf("prefill %-28s %9.1f us  %8.1f GB/s fp16 read  %.3f of copy\n", name, us, gbps, gbps / g_copy_gbps);
     std::fflush(stdout);
+    check_identity<Codec>(name, c.v);
   }
-  if (!decode_too) return;
+  if (!decode_too || g_encode_only) return;
   const int n = SEQS * TOK / G;
   std::int32_t* ids;
   CK(cudaMalloc(&ids, n * 4));
@@ -215,6 +268,11 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--decode-only")) g_decode_only = true;
+    else if (!std::strcmp(argv[i], "--encode-only")) g_encode_only = true;
+  if (g_decode_only && g_encode_only) {
+    std::fprintf(stderr, "--decode-only and --encode-only exclude each other\n");
+    return 2;
+  }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("SKIPPED: no CUDA device\n");
@@ -233,13 +291,16 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&g_k, kTokElems * 2));
   CK(cudaMalloc(&g_v, kTokElems * 2));
   {
-    std::vector<half_t> h(kTokElems);
+    std::vector<half_t>& hk = g_hk;
+    std::vector<half_t>& hv = g_hv;
+    hk.resize(kTokElems);
+    hv.resize(kTokElems);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
-    for (std::size_t i = 0; i < kTokElems; ++i) h[i] = half_t(nd(rng) * ((i % D) % 29 == 0 ? 20.0f : 1.0f));
-    CK(cudaMemcpy(g_k, h.data(), kTokElems * 2, cudaMemcpyHostToDevice));
-    for (std::size_t i = 0; i < kTokElems; ++i) h[i] = half_t(nd(rng));
-    CK(cudaMemcpy(g_v, h.data(), kTokElems * 2, cudaMemcpyHostToDevice));
+    for (std::size_t i = 0; i < kTokElems; ++i) hk[i] = half_t(nd(rng) * ((i % D) % 29 == 0 ? 20.0f : 1.0f));
+    CK(cudaMemcpy(g_k, hk.data(), kTokElems * 2, cudaMemcpyHostToDevice));
+    for (std::size_t i = 0; i < kTokElems; ++i) hv[i] = half_t(nd(rng));
+    CK(cudaMemcpy(g_v, hv.data(), kTokElems * 2, cudaMemcpyHostToDevice));
     std::vector<std::int32_t> cu(SEQS + 1);
     for (int s = 0; s <= SEQS; ++s) cu[s] = s * TOK;
     CK(cudaMalloc(&g_cu, (SEQS + 1) * 4));
@@ -272,7 +333,7 @@ int main(int argc, char** argv) {
   bench_prefill<k4v2_s2>("k4v2_g128 sinkhorn<2>", false);
   bench_prefill<k4v2_s0>("k4v2_g128 sinkhorn<0>", false);
   bench_prefill<presets::rotate_rtn<D>>("rotate_rtn (no normalization)", false);
-  if (!g_decode_only) bench_append<presets::k4v2_g128<D>>("k4v2_g128");
+  if (!g_decode_only && !g_encode_only) bench_append<presets::k4v2_g128<D>>("k4v2_g128");
 
   // JSON + Markdown.
   const std::string base = out + "/" + stem;
@@ -298,5 +359,9 @@ int main(int argc, char** argv) {
     std::fclose(f);
   }
   std::printf("wrote %s.json and %s.md\n", base.c_str(), base.c_str());
+  if (g_identity_fail) {
+    std::printf("FAILED: %ld sampled prefill records differ from the host codec\n", g_identity_fail);
+    return 1;
+  }
   return 0;
 }

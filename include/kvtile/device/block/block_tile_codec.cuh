@@ -67,6 +67,10 @@
 #include "../warp/warp_primitives.cuh"
 #include "register_sinkhorn.cuh"
 
+#ifndef KVTILE_BLOCK_CODEC_REGISTER_SCALES
+#define KVTILE_BLOCK_CODEC_REGISTER_SCALES 1
+#endif
+
 KVTILE_NAMESPACE_BEGIN
 namespace device {
 
@@ -140,8 +144,10 @@ class block_tile_codec {
   // rotate_rtn: the shared path needs 64 registers against 111 for the
   // register path, so it may keep 2 blocks per SM) and not at 1024 threads
   // (64-register cap: the register path spills more there). Unmeasured.
+  // KVTILE_BLOCK_CODEC_REGISTER_SCALES=0 keeps the scale and code stages in
+  // shared memory (fewer registers: for kernels capped at 64 per thread).
   template <bool Key>
-  static constexpr bool fast_scales = fast_sinkhorn<Key> && BLOCK_THREADS <= 512;
+  static constexpr bool fast_scales = fast_sinkhorn<Key> && BLOCK_THREADS <= 512 && KVTILE_BLOCK_CODEC_REGISTER_SCALES;
   template <bool Key>
   using side_regs = register_tile<Key ? D : G, Key ? G : D, BLOCK_THREADS>;
 

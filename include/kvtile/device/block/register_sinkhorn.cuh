@@ -68,6 +68,12 @@
 #include "../../normalization/sinkhorn.hpp"
 #include "../warp/warp_primitives.cuh"
 
+// 1 (default): one shared-memory read of X per Sinkhorn iteration (see run);
+// 0: X re-read at both rescales. Same bits either way.
+#ifndef KVTILE_REGISTER_SINKHORN_ONE_LOAD
+#define KVTILE_REGISTER_SINKHORN_ONE_LOAD 1
+#endif
+
 KVTILE_NAMESPACE_BEGIN
 namespace device {
 
@@ -212,11 +218,27 @@ struct register_sinkhorn {
 #pragma unroll 1
     for (int it = 0; it < Iterations; ++it) {
       ec = ec_next;  // column update (computed by stats), rc[] already holds 1 / ec
+#if KVTILE_REGISTER_SINKHORN_ONE_LOAD
+      // Both rescales of an iteration share mul(X, rc) (rc is unchanged
+      // between them): load X once, keep t = mul(X, rc) in cur, form the
+      // first iterate mul(t, rr_old) on the fly in the row-std passes, then
+      // cur = mul(t, rr_new). The same operations in the same order as
+      // rescale() twice, one shared-memory read of X per element instead of 2.
+      scale_cols(tile, rs, cs, rc, cur);
+      rr_own = detail::div(1.0f, detail::sinkhorn_update(lr, row_std_own_scaled(cur, rr_own)));
+#pragma unroll
+      for (int a = 0; a < MR; ++a) {
+        const float rr = row_value(rr_own, a);
+#pragma unroll
+        for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(cur[a][j], rr);
+      }
+#else
       // rescale, row stds, row update
       rescale(tile, rs, cs, rc, rr_own, cur);
       rr_own = detail::div(1.0f, detail::sinkhorn_update(lr, row_std_own(cur)));
       // rescale, col stds, row stds, imbalance (and next column update)
       rescale(tile, rs, cs, rc, rr_own, cur);
+#endif
       const float m = stats(sm, cur, c_own, col_writer, lc, ec_next, rc, it + 1 < Iterations);
       if (m <= best) {  // ties go to the later iterate
         best = m;
@@ -291,6 +313,51 @@ struct register_sinkhorn {
     for (int a = 0; a < MR; ++a)
 #pragma unroll
       for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(detail::mul(x[a][j], rc[j]), rr[a]);
+  }
+
+  // t = mul(X, rc[c]): the first half of rescale.
+  KVTILE_DEVICE static void scale_cols(const float* tile, int rs, int cs, const float (&rc)[JC],
+                                       float (&t)[MR][JC]) {
+    float x[MR][JC];
+    load(tile, rs, cs, x);
+#pragma unroll
+    for (int a = 0; a < MR; ++a)
+#pragma unroll
+      for (int j = 0; j < JC; ++j) t[a][j] = detail::mul(x[a][j], rc[j]);
+  }
+
+  // row_std_own of cur = mul(t, rr[a]) without storing cur (each pass
+  // recomputes the product: the same value bit for bit).
+  // The row values are shuffled from their owners where used (row_value),
+  // which keeps fewer registers live than two broadcast arrays.
+  KVTILE_DEVICE static float row_std_own_scaled(const float (&t)[MR][JC], float rr_own) {
+    float rp[MR];
+#pragma unroll
+    for (int a = 0; a < MR; ++a) {
+      const float rr = row_value(rr_own, a);
+      float v[JC];
+#pragma unroll
+      for (int j = 0; j < JC; ++j) v[j] = detail::mul(t[a][j], rr);
+      rp[a] = tree(v);
+    }
+    const float rm_own = detail::div_by<C>(row_reduce(rp));
+#pragma unroll
+    for (int a = 0; a < MR; ++a) {
+      const float rr = row_value(rr_own, a), rm = row_value(rm_own, a);
+      float v[JC];
+#pragma unroll
+      for (int j = 0; j < JC; ++j) {
+        const float d = detail::sub(detail::mul(t[a][j], rr), rm);
+        v[j] = detail::mul(d, d);
+      }
+      rp[a] = tree(v);
+    }
+    return detail::sqrt(detail::div_by<C - 1>(row_reduce(rp)));
+  }
+  // Register a's row value from the lane owning its row slot (row_broadcast's
+  // element a).
+  KVTILE_DEVICE static float row_value(float own, int a) {
+    return a == 0 ? own : __shfl_xor_sync(full_warp_mask, own, a << (5 - S));
   }
 
   // Row partial sums of cur over this lane's JC columns (j bits: c's high bits).

@@ -23,11 +23,19 @@
 
 #include "paged_common.cuh"
 
+// Minimum resident blocks per SM the prefill kernel is compiled for (at <=
+// 512 threads; 2 caps registers at 64 per thread, so two 512-thread blocks
+// share an SM and one block's Sinkhorn barriers and serial chains overlap the
+// other's work; the two TempStorages fit in shared memory for D * G <= 16384).
+#ifndef KVTILE_PREFILL_MIN_BLOCKS
+#define KVTILE_PREFILL_MIN_BLOCKS 1
+#endif
+
 KVTILE_NAMESPACE_BEGIN
 namespace device {
 
 template <class Codec, int BLOCK_THREADS, class T>
-__global__ void __launch_bounds__(BLOCK_THREADS)
+__global__ void __launch_bounds__(BLOCK_THREADS, BLOCK_THREADS <= 512 ? KVTILE_PREFILL_MIN_BLOCKS : 1)
     prefill_kernel(const __grid_constant__ paged_cache_view view, const T* __restrict__ k, const T* __restrict__ v,
                    const std::int32_t* __restrict__ cu_seqlens, std::int32_t* flags) {
   using block_codec = block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS>;
