@@ -181,7 +181,7 @@ void bench_prefill(const char* name, bool decode_too) {
   auto prefill = [&] { check(kvtile::device::launch_prefill<Codec, half_t, BLOCK_THREADS>(c.v, g_k, g_v, g_cu, TOK)); };
   if (!g_attrs_printed) {
     g_attrs_printed = true;
-    auto* kern = kvtile::device::prefill_kernel<Codec, BLOCK_THREADS, half_t>;
+    auto* kern = kvtile::device::prefill_kernel<Codec, BLOCK_THREADS, half_t, KVTILE_PREFILL_MIN_BLOCKS>;
     cudaFuncAttributes fa{};
     int blocks = 0;
     CK(cudaFuncGetAttributes(&fa, kern));

@@ -67,10 +67,6 @@
 #include "../warp/warp_primitives.cuh"
 #include "register_sinkhorn.cuh"
 
-#ifndef KVTILE_BLOCK_CODEC_REGISTER_SCALES
-#define KVTILE_BLOCK_CODEC_REGISTER_SCALES 1
-#endif
-
 KVTILE_NAMESPACE_BEGIN
 namespace device {
 
@@ -101,7 +97,11 @@ struct global_token_loader {
   }
 };
 
-template <class Codec, int BLOCK_THREADS>
+// MIN_BLOCKS: the resident blocks per SM the calling kernel is compiled for
+// (its __launch_bounds__ minimum). At >= 2 the registers are capped (64 per
+// thread at 512 threads), and the scale and code stages run from shared
+// memory (the register scale stage would spill); records are the same.
+template <class Codec, int BLOCK_THREADS, int MIN_BLOCKS = 1>
 class block_tile_codec {
  public:
   using codec = Codec;
@@ -144,10 +144,9 @@ class block_tile_codec {
   // rotate_rtn: the shared path needs 64 registers against 111 for the
   // register path, so it may keep 2 blocks per SM) and not at 1024 threads
   // (64-register cap: the register path spills more there). Unmeasured.
-  // KVTILE_BLOCK_CODEC_REGISTER_SCALES=0 keeps the scale and code stages in
-  // shared memory (fewer registers: for kernels capped at 64 per thread).
+  // Not under a register cap (MIN_BLOCKS >= 2).
   template <bool Key>
-  static constexpr bool fast_scales = fast_sinkhorn<Key> && BLOCK_THREADS <= 512 && KVTILE_BLOCK_CODEC_REGISTER_SCALES;
+  static constexpr bool fast_scales = fast_sinkhorn<Key> && BLOCK_THREADS <= 512 && MIN_BLOCKS == 1;
   template <bool Key>
   using side_regs = register_tile<Key ? D : G, Key ? G : D, BLOCK_THREADS>;
 
@@ -897,9 +896,9 @@ class block_tile_decoder {
 
 };
 
-template <class Codec, int BLOCK_THREADS>
+template <class Codec, int BLOCK_THREADS, int MIN_BLOCKS>
 template <class T, class InverseRotation>
-KVTILE_DEVICE void block_tile_codec<Codec, BLOCK_THREADS>::decode(const void* record, T* keys,
+KVTILE_DEVICE void block_tile_codec<Codec, BLOCK_THREADS, MIN_BLOCKS>::decode(const void* record, T* keys,
                                                                   std::ptrdiff_t key_stride, T* values,
                                                                   std::ptrdiff_t value_stride, frame f) {
   block_tile_decoder<Codec, BLOCK_THREADS, TempStorage>(s_).template decode<T, InverseRotation>(

@@ -41,7 +41,9 @@
 //    update are computed by the owners, the reciprocal 1/e^Lc is broadcast
 //    through shared memory.
 //  * imbalance: min/max of non-negative, non-NaN stds (never -0: sqrt of a
-//    sum of squares), so order-free; done on the float bits (for non-negative
+//    sum of squares), so order-free; for the rows, taken on the sums of
+//    squares before the (monotone) division and square root, which then run
+//    twice instead of once per row; done on the float bits (for non-negative
 //    floats, unsigned order == float order): per warp by cub::WarpReduce
 //    (redux.sync on sm_80+), across the warps' partials by __reduce_*_sync
 //    directly, where every lane needs the result (CUB's is lane 0's).
@@ -52,7 +54,9 @@
 // Per iteration (sinkhorn.hpp): column update (done eagerly at the end of the
 // previous statistics pass, by the owners), rescale, row stds (warp-local),
 // row update, rescale, column + row stds (fused, 4 block barriers),
-// imbalance, best-so-far with ties to the later iterate.
+// imbalance, best-so-far with ties to the later iterate. Both rescales share
+// mul(X, rc), so X is read from shared memory once per iteration
+// (KVTILE_REGISTER_SINKHORN_ONE_LOAD).
 #pragma once
 
 #include "../../config.hpp"
@@ -72,6 +76,12 @@
 // 0: X re-read at both rescales. Same bits either way.
 #ifndef KVTILE_REGISTER_SINKHORN_ONE_LOAD
 #define KVTILE_REGISTER_SINKHORN_ONE_LOAD 1
+#endif
+// 1: the column statistics and updates of the Sinkhorn run in the first
+// C / 32 warps, one column per thread (the other warps skip them); 0
+// (default): in every thread, BLOCK_THREADS / C threads per column. Same bits.
+#ifndef KVTILE_REGISTER_SINKHORN_COL_WARPS
+#define KVTILE_REGISTER_SINKHORN_COL_WARPS 0
 #endif
 
 KVTILE_NAMESPACE_BEGIN
@@ -105,13 +115,17 @@ struct register_sinkhorn {
   static constexpr int Q = BLOCK_THREADS / C;          // owner threads per column
   static constexpr int CS = C + ((32 / Q) & 31);       // partial row stride (see col_gather)
   static_assert(WARPS / Q == JC, "owner mapping: each owner loads JC partials");
+  // Column statistics by the first CW warps, thread t owning column t
+  // (KVTILE_REGISTER_SINKHORN_COL_WARPS), else by Q threads per column.
+  static constexpr bool COLW = KVTILE_REGISTER_SINKHORN_COL_WARPS != 0;
+  static constexpr int CW = C / 32;
 
   // Shared memory of the register path (a few KB).
   struct storage {
     float part[WARPS * CS];      // per-warp column partials, warp-major
     float cmean[C];              // column means (broadcast)
     float rc[C];                 // 1 / e^Lc (broadcast)
-    std::uint32_t mm[4][WARPS];  // per-warp min/max of col / row stds (float bits)
+    std::uint32_t mm[4][WARPS];  // per-warp min/max of col stds, row sums of squares (float bits)
   };
 
   // Loads x[a][j] = M[w + W (a ^ s)][l + 32 j] where M[r][c] = tile[r * rs + c * cs]
@@ -198,8 +212,8 @@ struct register_sinkhorn {
   KVTILE_DEVICE static void run(storage& sm, const float* tile, int rs, int cs, float* best_col) {
     static_assert(Iterations >= 1, "register_sinkhorn: use unit scales for 0 iterations");
     const int t = static_cast<int>(threadIdx.x);
-    const int c_own = t / Q;             // owned column
-    const bool col_writer = t % Q == 0;  // one writer per owned column
+    const int c_own = COLW ? t : t / Q;                 // owned column
+    const bool col_writer = COLW ? t < C : t % Q == 0;  // one writer per owned column
     // Column owner state (column c_own): log scale, e^Lc of the current
     // iterate, of the next one, and of the best iterate so far.
     float lc = 0.0f, ec = 1.0f, ec_next = 1.0f, best_ec = 1.0f;
@@ -404,6 +418,12 @@ struct register_sinkhorn {
   // (l % Q) * CS + l / Q + const with CS = 32 / Q (mod 32).
   KVTILE_DEVICE static float col_gather(const storage& sm) {
     const int t = static_cast<int>(threadIdx.x);
+    if constexpr (COLW) {  // thread t < C: column t, all warps' partials, tree over the warp index
+      float v[WARPS];
+#pragma unroll
+      for (int i = 0; i < WARPS; ++i) v[i] = sm.part[i * CS + t];
+      return tree(v);
+    }
     const int c = t / Q, q = t % Q;
     float v[JC];
 #pragma unroll
@@ -436,7 +456,7 @@ struct register_sinkhorn {
     row_partials(cur, rp);
     const float rmean = detail::div_by<C>(row_reduce(rp));
     __syncthreads();  // (1) partial sums published
-    {
+    if (!COLW || warp < CW) {  // warp-uniform
       const float mean = detail::div_by<R>(col_gather(sm));
       if (col_writer) sm.cmean[c_own] = mean;
     }
@@ -461,16 +481,20 @@ struct register_sinkhorn {
     row_broadcast(rmean, rm);
     row_dev_partials(cur, rm, rp);
     {
-      const float rsd = detail::sqrt(detail::div_by<C - 1>(row_reduce(rp)));
+      // Row stds only enter the imbalance, through their min and max, and
+      // std = sqrt(div(ss, C - 1)) is non-decreasing in the sum of squares
+      // ss (both operations correctly rounded), so min / max std =
+      // sqrt(div(min / max ss, C - 1)) exactly: the extremes are taken on ss.
+      const float rss = row_reduce(rp);
       std::uint32_t lo, hi;
-      warp_min_max_bits_lane0(rsd, rsd, lo, hi);
+      warp_min_max_bits_lane0(rss, rss, lo, hi);
       if (lane == 0) {
         sm.mm[2][warp] = lo;
         sm.mm[3][warp] = hi;
       }
     }
     __syncthreads();  // (3) squared-deviation partials and row min/max published
-    {
+    if (!COLW || warp < CW) {  // warp-uniform
       const float csd = detail::sqrt(detail::div_by<R - 1>(col_gather(sm)));
       std::uint32_t lo, hi;
       warp_min_max_bits_lane0(csd, csd, lo, hi);
@@ -487,11 +511,14 @@ struct register_sinkhorn {
     if (update)
 #pragma unroll
       for (int j = 0; j < JC; ++j) rc[j] = sm.rc[lane + 32 * j];
-    const int k = lane % WARPS;
-    const float cmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[0][k]));
-    const float cmax = detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[1][k]));
-    const float rmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[2][k]));
-    const float rmax = detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[3][k]));
+    if (COLW && warp >= CW) return 0.0f;  // only the column writers use the imbalance
+    const int k = lane % WARPS, kc = lane % (COLW ? CW : WARPS);
+    const float cmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[0][kc]));
+    const float cmax = detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[1][kc]));
+    const float rmin = detail::sqrt(
+        detail::div_by<C - 1>(detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[2][k]))));
+    const float rmax = detail::sqrt(
+        detail::div_by<C - 1>(detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[3][k]))));
     return detail::add(detail::imbalance_term(cmax, cmin), detail::imbalance_term(rmax, rmin));
     // Reuse of the shared arrays by the next call: part is rewritten after (4)
     // (read before (2) and before (4)); cmean after the next (1) (read before

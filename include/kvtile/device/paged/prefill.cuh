@@ -23,10 +23,11 @@
 
 #include "paged_common.cuh"
 
-// Minimum resident blocks per SM the prefill kernel is compiled for (at <=
-// 512 threads; 2 caps registers at 64 per thread, so two 512-thread blocks
-// share an SM and one block's Sinkhorn barriers and serial chains overlap the
-// other's work; the two TempStorages fit in shared memory for D * G <= 16384).
+// Default minimum resident blocks per SM of the prefill kernel (MIN_BLOCKS
+// below; applies at <= 512 threads). 2 caps registers at 64 per thread, so two
+// 512-thread blocks share an SM and one block's Sinkhorn barriers and serial
+// chains overlap the other's work (the two TempStorages fit in shared memory
+// for D * G <= 16384); see block_tile_codec's MIN_BLOCKS.
 #ifndef KVTILE_PREFILL_MIN_BLOCKS
 #define KVTILE_PREFILL_MIN_BLOCKS 1
 #endif
@@ -34,11 +35,19 @@
 KVTILE_NAMESPACE_BEGIN
 namespace device {
 
-template <class Codec, int BLOCK_THREADS, class T>
-__global__ void __launch_bounds__(BLOCK_THREADS, BLOCK_THREADS <= 512 ? KVTILE_PREFILL_MIN_BLOCKS : 1)
+// The minimum blocks per SM the prefill kernel is compiled for: MIN_BLOCKS
+// where two blocks can be resident (<= 512 threads, D * G <= 16384), else 1.
+template <class Codec, int BLOCK_THREADS, int MIN_BLOCKS>
+constexpr int prefill_min_blocks() {
+  return BLOCK_THREADS <= 512 && Codec::D * Codec::G <= 16384 ? MIN_BLOCKS : 1;
+}
+
+template <class Codec, int BLOCK_THREADS, class T, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
+__global__ void __launch_bounds__(BLOCK_THREADS, (prefill_min_blocks<Codec, BLOCK_THREADS, MIN_BLOCKS>()))
     prefill_kernel(const __grid_constant__ paged_cache_view view, const T* __restrict__ k, const T* __restrict__ v,
                    const std::int32_t* __restrict__ cu_seqlens, std::int32_t* flags) {
-  using block_codec = block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS>;
+  using block_codec = block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS,
+                                       prefill_min_blocks<Codec, BLOCK_THREADS, MIN_BLOCKS>()>;
   using loader = paged_tile_loader<typename Codec::rotation, T>;
   constexpr int D = Codec::D, G = Codec::G, J = D / 32, WARPS = BLOCK_THREADS / 32;
   const int jt = blockIdx.x, s = blockIdx.y, h = blockIdx.z;
@@ -112,20 +121,21 @@ __global__ void __launch_bounds__(BLOCK_THREADS, BLOCK_THREADS <= 512 ? KVTILE_P
   }
 }
 
-template <class Codec, int BLOCK_THREADS = 512>
+template <class Codec, int BLOCK_THREADS = 512, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
 constexpr std::size_t prefill_smem_bytes() {
-  return sizeof(typename block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
+  return sizeof(typename block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS,
+                                          prefill_min_blocks<Codec, BLOCK_THREADS, MIN_BLOCKS>()>::TempStorage);
 }
 
 // Checks the current device and sets the kernel up on it (see prepare_append).
-template <class Codec, class T, int BLOCK_THREADS = 512>
+template <class Codec, class T, int BLOCK_THREADS = 512, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
 inline launch_result prepare_prefill() {
-  return detail::prepare_kernel<prefill_kernel<Codec, BLOCK_THREADS, T>>(prefill_smem_bytes<Codec, BLOCK_THREADS>(),
-                                                                        paged_min_cc);
+  return detail::prepare_kernel<prefill_kernel<Codec, BLOCK_THREADS, T, MIN_BLOCKS>>(
+      prefill_smem_bytes<Codec, BLOCK_THREADS, MIN_BLOCKS>(), paged_min_cc);
 }
 
 // max_tokens_per_seq: an upper bound on cu_seqlens[s+1] - cu_seqlens[s].
-template <class Codec, class T, int BLOCK_THREADS = 512>
+template <class Codec, class T, int BLOCK_THREADS = 512, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
 inline launch_result launch_prefill(const paged_cache_view& view, const T* k, const T* v, const std::int32_t* cu_seqlens,
                              std::int64_t max_tokens_per_seq, std::int32_t* flags = nullptr,
                              cudaStream_t stream = nullptr) {
@@ -138,10 +148,10 @@ inline launch_result launch_prefill(const paged_cache_view& view, const T* k, co
   if (view.num_seqs == 0 || max_tokens_per_seq == 0) return status::success;
   const std::int64_t max_tiles = (max_tokens_per_seq + Codec::G - 1) / Codec::G + 1;
   if (max_tiles > 0x7fffffff || view.num_seqs > 65535 || view.kv_heads > 65535) return status::invalid_argument;
-  if (launch_result r = prepare_prefill<Codec, T, BLOCK_THREADS>(); !r.ok()) return r;
-  return detail::launch_kernel<prefill_kernel<Codec, BLOCK_THREADS, T>>(
+  if (launch_result r = prepare_prefill<Codec, T, BLOCK_THREADS, MIN_BLOCKS>(); !r.ok()) return r;
+  return detail::launch_kernel<prefill_kernel<Codec, BLOCK_THREADS, T, MIN_BLOCKS>>(
       dim3(static_cast<unsigned>(max_tiles), view.num_seqs, view.kv_heads), dim3(BLOCK_THREADS),
-      prefill_smem_bytes<Codec, BLOCK_THREADS>(), launch_options{stream, false}, view, k, v, cu_seqlens, flags);
+      prefill_smem_bytes<Codec, BLOCK_THREADS, MIN_BLOCKS>(), launch_options{stream, false}, view, k, v, cu_seqlens, flags);
 }
 
 }  // namespace device
