@@ -170,14 +170,14 @@ if want bench; then
     build/gpu-codec/gpu_codec_bench --out "$OUT/bench" --iters ${BENCH_ITERS:-15} --command "scripts/gpu_session.sh (bench)" \
       > "$OUT/bench/gpu_codec.log" 2>&1 || rc=1
   fi
-  grep -E "^(prefill|decode|copy)|append .* 64 |FAILED" "$OUT/bench/gpu_codec.log" | head -24 | tee -a "$SUMMARY"
+  grep -E "^(prefill|decode|copy|identity check)|append .* 64 |FAILED" "$OUT/bench/gpu_codec.log" | head -26 | tee -a "$SUMMARY"
   for v in ${CODEC_VARIANTS:-}; do
     n=${v%%:*}
     build/gpu-codec/gpu_codec_bench_$n ${CODEC_VARIANT_ARGS:---decode-only} --out "$OUT/bench" --stem "gpu_codec_$n" \
       --iters 15 --command "gpu_codec_bench_$n ${CODEC_VARIANT_ARGS:---decode-only} (${v#*:})" \
       > "$OUT/bench/gpu_codec_$n.log" 2>&1 || rc=1
     echo "codec variant $n (${v#*:}):" >> "$SUMMARY"
-    grep -E "^(prefill|decode|copy|identity)|FAILED" "$OUT/bench/gpu_codec_$n.log" >> "$SUMMARY"
+    grep -E "^(prefill|decode|copy|identity check)|FAILED" "$OUT/bench/gpu_codec_$n.log" >> "$SUMMARY"
   done
   if sel build_attn/bench_attention; then
     build_attn/bench_attention --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
