@@ -203,8 +203,8 @@ struct register_sinkhorn {
 
   // sinkhorn<Iterations>::run on the side's matrix M[r][c] = tile[r * rs + c * cs]
   // (shared memory, read-only here). The iterate cur lives in registers; X is
-  // re-read from the tile at each rescale (keeping it in registers too would
-  // exceed 128 registers per thread at 32 elements). Writes the best column
+  // re-read from the tile once per iteration (keeping it in registers too
+  // would exceed 128 registers per thread at 32 elements). Writes the best column
   // scale to best_col[C] (one writer per column). No barrier at the end: the
   // caller synchronizes before reading best_col. Every thread of the block
   // must call it.
