@@ -16,7 +16,8 @@
 // the same tokens (host_rotate_to_half + paged_record_codec, the paged cache's
 // host model); a mismatch fails the run (exit 1). Each prefill row prints the
 // kernel's registers, local memory and resident blocks per SM. Rows marked
-// "(2 blocks/SM)" use launch_prefill's MIN_BLOCKS = 2.
+// "(MIN_BLOCKS 1)" use launch_prefill's MIN_BLOCKS = 1 (one 512-thread block per SM,
+// registers uncapped); the others its default, KVTILE_PREFILL_MIN_BLOCKS (2).
 // Usage: gpu_codec [--out DIR] [--stem NAME] [--iters N] [--command "how it was run"] [--decode-only | --encode-only]
 //   --decode-only: copy ceiling and decode (prefill encodes once, untimed)
 //   --encode-only: copy ceiling and the prefill rows (no decode, no append)
@@ -327,8 +328,8 @@ int main(int argc, char** argv) {
   using k4v2_s2 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<2>, rtn<>, fp8_scales>;
   bench_prefill<presets::k4v2_g128<D>>("k4v2_g128", true);
   bench_prefill<presets::k4v2_g128<D>, 1024>("k4v2_g128 (1024 threads/block)", false);
-  bench_prefill<presets::k4v2_g128<D>, 512, 2>("k4v2_g128 (2 blocks/SM)", false);
-  bench_prefill<k4v2_s2, 512, 2>("k4v2_g128 sinkhorn<2> (2 blocks/SM)", false);
+  bench_prefill<presets::k4v2_g128<D>, 512, 1>("k4v2_g128 (MIN_BLOCKS 1)", false);
+  bench_prefill<k4v2_s2, 512, 1>("k4v2_g128 sinkhorn<2> (MIN_BLOCKS 1)", false);
   bench_prefill<presets::k4v4_g128<D>>("k4v4_g128", false);
   bench_prefill<presets::k2v2_g128<D>>("k2v2_g128", true);
   bench_prefill<presets::k4v2_g128<D, fp16_scales>>("k4v2_g128 fp16_scales", false);

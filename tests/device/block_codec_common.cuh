@@ -14,9 +14,12 @@ struct totals {
   long tiles = 0, rec_mismatch = 0, status_mismatch = 0, dec_mismatch = 0, configs = 0;
 };
 
-template <class Codec, int B, class T>
-__global__ void __launch_bounds__(B) encode_tiles(const T* in, unsigned char* rec, int* st) {
-  using BC = kvtile::device::block_tile_codec<Codec, B>;
+// MinBlocks: the block codec's MIN_BLOCKS and the kernel's __launch_bounds__
+// minimum, as the prefill kernel compiles it (2: registers capped at 64 per
+// thread at 512 threads, scale and code stages from shared memory).
+template <class Codec, int B, class T, int MinBlocks = 1>
+__global__ void __launch_bounds__(B, MinBlocks) encode_tiles(const T* in, unsigned char* rec, int* st) {
+  using BC = kvtile::device::block_tile_codec<Codec, B, MinBlocks>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto& ts = *reinterpret_cast<typename BC::TempStorage*>(smem);
   constexpr int E = Codec::D * Codec::G;
@@ -75,7 +78,7 @@ long check_decode(const std::vector<unsigned char>& rec, const std::vector<int>&
 // BF16Out: also check the bf16 decode (one codec per file does; the decode's
 // element type only changes the final conversion, and every extra output type
 // is another instantiation of the decoder per codec: CI compile time).
-template <class Codec, class T, int B = 512, bool BF16Out = false>
+template <class Codec, class T, int B = 512, bool BF16Out = false, int MinBlocks = 1>
 void run_codec(const char* name, int n, std::uint64_t seed, totals& tot) {
   constexpr int D = Codec::D, G = Codec::G, E = D * G;
   constexpr std::size_t RB = Codec::record_bytes;
@@ -99,8 +102,8 @@ void run_codec(const char* name, int n, std::uint64_t seed, totals& tot) {
   dbuf<unsigned char> drec(n * RB);
   KVT_CUDA(cudaMemset(drec.p, 0xAB, n * RB));
   dbuf<int> dst(n);
-  using BC = kvtile::device::block_tile_codec<Codec, B>;
-  auto kern = encode_tiles<Codec, B, T>;
+  using BC = kvtile::device::block_tile_codec<Codec, B, MinBlocks>;
+  auto kern = encode_tiles<Codec, B, T, MinBlocks>;
   KVT_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(typename BC::TempStorage)));
   kern<<<n, B, sizeof(typename BC::TempStorage)>>>(din.p, drec.p, dst.p);
   KVT_CUDA(cudaGetLastError());
@@ -131,9 +134,9 @@ void run_codec(const char* name, int n, std::uint64_t seed, totals& tot) {
     nf += s == static_cast<int>(kvtile::status::non_finite_input);
     oor += s == static_cast<int>(kvtile::status::out_of_range);
   }
-  std::printf("%-34s %-4s B=%-4d tiles %5d  record mismatches %ld  status mismatches %ld  decode mismatches %ld"
+  std::printf("%-34s %-4s B=%-4d%s tiles %5d  record mismatches %ld  status mismatches %ld  decode mismatches %ld"
               "  (non_finite %d, out_of_range %d)\n",
-              name, type_name<T>(), B, n, rec_bad, st_bad, dec_bad, nf, oor);
+              name, type_name<T>(), B, MinBlocks > 1 ? " x2" : "", n, rec_bad, st_bad, dec_bad, nf, oor);
   std::fflush(stdout);
   tot.tiles += n;
   tot.rec_mismatch += rec_bad;

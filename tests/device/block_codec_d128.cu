@@ -38,5 +38,9 @@ int main(int argc, char** argv) {
   kvtest::run_codec<clipped, kvtile::half_t>("k2v2_g128<128> min_max_error clip", n, 93, t);
   kvtest::run_codec<clipped16, kvtile::half_t>("k4v4_g128<128,fp16> clip 0.93", n, 94, t);
   kvtest::run_codec<it2, kvtile::half_t>("k4v2_g128<128> sinkhorn<2>", n, 95, t);
+  // MIN_BLOCKS = 2, as the prefill kernel compiles the block codec for D * G <= 16384
+  kvtest::run_codec<k4v2_g128<128>, kvtile::half_t, 512, false, 2>("k4v2_g128<128>", n, 96, t);
+  kvtest::run_codec<k2v2_g128<128, kvtile::fp16_scales>, kvtile::half_t, 512, false, 2>("k2v2_g128<128,fp16>", n, 97, t);
+  kvtest::run_codec<rotate_rtn<128>, kvtile::half_t, 512, false, 2>("rotate_rtn<128>", n, 98, t);
   return kvtest::report(t);
 }

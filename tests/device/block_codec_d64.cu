@@ -17,5 +17,7 @@ int main(int argc, char** argv) {
   kvtest::run_preset<k8v8_g128, 64>("k8v8_g128", n, 61, t);
   using g32 = kvtile::presets::kvarn<64, 32, 4, 2>;
   kvtest::run_codec<g32, kvtile::half_t>("kvarn<64, G=32, 4, 2>", n, 91, t);
+  // MIN_BLOCKS = 2, as the prefill kernel compiles the block codec for D * G <= 16384
+  kvtest::run_codec<k4v2_g128<64>, kvtile::half_t, 512, false, 2>("k4v2_g128<64>", n, 92, t);
   return kvtest::report(t);
 }

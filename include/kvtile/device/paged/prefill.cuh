@@ -24,12 +24,15 @@
 #include "paged_common.cuh"
 
 // Default minimum resident blocks per SM of the prefill kernel (MIN_BLOCKS
-// below; applies at <= 512 threads). 2 caps registers at 64 per thread, so two
-// 512-thread blocks share an SM and one block's Sinkhorn barriers and serial
-// chains overlap the other's work (the two TempStorages fit in shared memory
-// for D * G <= 16384); see block_tile_codec's MIN_BLOCKS.
+// below; applies at <= 512 threads and D * G <= 16384, where two
+// TempStorages fit in shared memory). 2 caps registers at 64 per thread, so
+// two 512-thread blocks share an SM and one block's Sinkhorn barriers and
+// serial chains overlap the other's work; see block_tile_codec's MIN_BLOCKS.
+// H200, 64K tokens x 8 heads x D 128 (bench/results/2026-12-03-h200-session-checks.md):
+// Sinkhorn 8 2,488 us at 2 against 2,689 us at 1 (119 registers, one block).
+// Records are the same either way.
 #ifndef KVTILE_PREFILL_MIN_BLOCKS
-#define KVTILE_PREFILL_MIN_BLOCKS 1
+#define KVTILE_PREFILL_MIN_BLOCKS 2
 #endif
 
 KVTILE_NAMESPACE_BEGIN
