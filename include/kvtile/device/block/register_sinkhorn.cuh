@@ -77,11 +77,13 @@
 #ifndef KVTILE_REGISTER_SINKHORN_ONE_LOAD
 #define KVTILE_REGISTER_SINKHORN_ONE_LOAD 1
 #endif
-// 1: the column statistics and updates of the Sinkhorn run in the first
-// C / 32 warps, one column per thread (the other warps skip them); 0
-// (default): in every thread, BLOCK_THREADS / C threads per column. Same bits.
+// 1 (default): the column statistics and updates of the Sinkhorn run in the
+// first C / 32 warps, one column per thread (the other warps skip them); 0: in
+// every thread, BLOCK_THREADS / C threads per column. Same bits. H200 prefill,
+// 64K tokens x 8 heads x D 128, Sinkhorn 8, two blocks per SM: 2,134 us (1)
+// against 2,498 us (0) (bench/results/2026-12-03-h200-session-checks.md).
 #ifndef KVTILE_REGISTER_SINKHORN_COL_WARPS
-#define KVTILE_REGISTER_SINKHORN_COL_WARPS 0
+#define KVTILE_REGISTER_SINKHORN_COL_WARPS 1
 #endif
 
 KVTILE_NAMESPACE_BEGIN
