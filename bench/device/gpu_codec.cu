@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -341,6 +342,9 @@ int main(int argc, char** argv) {
 
   // JSON + Markdown.
   const std::string base = out + "/" + stem;
+  std::error_code mkdir_error;
+  std::filesystem::create_directories(out, mkdir_error);  // an existing directory is fine
+  int written = 0;
   if (FILE* f = std::fopen((base + ".json").c_str(), "w")) {
     std::fprintf(f, "{\n  \"date\": \"%s\",\n  \"gpu\": \"%s\",\n  \"sms\": %d,\n  \"l2_bytes\": %d,\n  \"command\": \"%s\",\n"
                     "  \"iterations\": %d,\n  \"copy_gbps\": %.1f,\n  \"results\": [\n",
@@ -350,7 +354,7 @@ int main(int argc, char** argv) {
                    g_rows[i].name.c_str(), g_rows[i].kind.c_str(), g_rows[i].us, g_rows[i].gbps, g_rows[i].ratio,
                    g_rows[i].note.c_str(), i + 1 < g_rows.size() ? "," : "");
     std::fprintf(f, "  ]\n}\n");
-    std::fclose(f);
+    written += std::fclose(f) == 0;
   }
   if (FILE* f = std::fopen((base + ".md").c_str(), "w")) {
     std::fprintf(f, "# GPU codec benchmark (%s)\n\n- GPU: %s (%d SMs, L2 %d MB)\n- command: `%s`\n"
@@ -360,7 +364,11 @@ int main(int argc, char** argv) {
     for (const row& r : g_rows)
       std::fprintf(f, "| %s | %s | %.2f | %.1f | %s |\n", r.kind.c_str(), r.name.c_str(), r.us, r.gbps,
                    r.ratio > 0 ? (std::to_string(r.ratio).substr(0, 5)).c_str() : "-");
-    std::fclose(f);
+    written += std::fclose(f) == 0;
+  }
+  if (written != 2) {
+    std::fprintf(stderr, "cannot write %s.json / %s.md\n", base.c_str(), base.c_str());
+    return 1;
   }
   std::printf("wrote %s.json and %s.md\n", base.c_str(), base.c_str());
   std::printf("identity check: %ld of %ld sampled prefill records byte-identical to the host codec\n",

@@ -54,9 +54,9 @@
 // Per iteration (sinkhorn.hpp): column update (done eagerly at the end of the
 // previous statistics pass, by the owners), rescale, row stds (warp-local),
 // row update, rescale, column + row stds (fused, 4 block barriers),
-// imbalance, best-so-far with ties to the later iterate. Both rescales share
-// mul(X, rc), so X is read from shared memory once per iteration
-// (KVTILE_REGISTER_SINKHORN_ONE_LOAD).
+// imbalance, best-so-far with ties to the later iterate. Both rescales can
+// share mul(X, rc), reading X from shared memory once per iteration
+// (KVTILE_REGISTER_SINKHORN_ONE_LOAD; off by default).
 #pragma once
 
 #include "../../config.hpp"
@@ -72,10 +72,13 @@
 #include "../../normalization/sinkhorn.hpp"
 #include "../warp/warp_primitives.cuh"
 
-// 1 (default): one shared-memory read of X per Sinkhorn iteration (see run);
-// 0: X re-read at both rescales. Same bits either way.
+// 1: one shared-memory read of X per Sinkhorn iteration, mul(X, rc) kept in
+// registers between the two rescales (see run); 0 (default): X re-read at both
+// rescales. Same bits either way. H200 prefill, 64K tokens x 8 heads x D 128,
+// Sinkhorn 8, column warps: two blocks per SM (64 registers) 2,012 us (0)
+// against 2,128 us (1, more spills); one block per SM 2,645 / 2,629 us.
 #ifndef KVTILE_REGISTER_SINKHORN_ONE_LOAD
-#define KVTILE_REGISTER_SINKHORN_ONE_LOAD 1
+#define KVTILE_REGISTER_SINKHORN_ONE_LOAD 0
 #endif
 // 1 (default): the column statistics and updates of the Sinkhorn run in the
 // first C / 32 warps, one column per thread (the other warps skip them); 0: in
@@ -205,8 +208,9 @@ struct register_sinkhorn {
 
   // sinkhorn<Iterations>::run on the side's matrix M[r][c] = tile[r * rs + c * cs]
   // (shared memory, read-only here). The iterate cur lives in registers; X is
-  // re-read from the tile once per iteration (keeping it in registers too
-  // would exceed 128 registers per thread at 32 elements). Writes the best column
+  // re-read from the tile at each rescale, or once per iteration with
+  // KVTILE_REGISTER_SINKHORN_ONE_LOAD (keeping X in registers too would exceed
+  // 128 registers per thread at 32 elements). Writes the best column
   // scale to best_col[C] (one writer per column). No barrier at the end: the
   // caller synchronizes before reading best_col. Every thread of the block
   // must call it.
