@@ -140,11 +140,10 @@ class block_tile_codec {
   template <bool Key>
   static constexpr bool fast_sinkhorn = iterations > 0 && fast_shape<Key>::ok;
   // Scale and code stages from registers (same layout) where the register
-  // Sinkhorn runs at <= 512 threads. Not without iterations (sinkhorn<0>,
-  // rotate_rtn: the shared path needs 64 registers against 111 for the
-  // register path, so it may keep 2 blocks per SM) and not at 1024 threads
-  // (64-register cap: the register path spills more there). Unmeasured.
-  // Not under a register cap (MIN_BLOCKS >= 2).
+  // Sinkhorn runs at <= 512 threads without a register cap (MIN_BLOCKS 1).
+  // Not without iterations (sinkhorn<0>, rotate_rtn: the shared path fits in
+  // 64 registers, two blocks per SM), and not under a 64-register cap (1024
+  // threads, or MIN_BLOCKS >= 2), where the register stage would spill more.
   template <bool Key>
   static constexpr bool fast_scales = fast_sinkhorn<Key> && BLOCK_THREADS <= 512 && MIN_BLOCKS == 1;
   template <bool Key>
