@@ -120,11 +120,8 @@ if want build; then
   # default --decode-only; --encode-only times the prefill rows)
   nv_variants "${CODEC_VARIANTS:-}" build/gpu-codec/gpu_codec_bench bench/device/gpu_codec.cu
   # CODEC_TEST_VARIANTS="name:-DFLAG=1,...": the paged-cache and D = 128 block-codec identity tests with other flags
-  for v in ${CODEC_TEST_VARIANTS:-}; do
-    for n in paged_cache block_codec_d128; do
-      nv build/gpu-codec/${n}_${v%%:*} tests/device/$n.cu $(echo "${v#*:}" | tr ',' ' ') \
-        > "$OUT/build/${n}_${v%%:*}.log" 2>&1 & pids+=($!)
-    done
+  for n in paged_cache block_codec_d128; do
+    nv_variants "${CODEC_TEST_VARIANTS:-}" build/gpu-codec/$n tests/device/$n.cu
   done
   for t in attention attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
     nv build_attn/$t tests/device/$t.cu > "$OUT/build/$t.log" 2>&1 & pids+=($!)

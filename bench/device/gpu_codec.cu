@@ -294,16 +294,14 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&g_k, kTokElems * 2));
   CK(cudaMalloc(&g_v, kTokElems * 2));
   {
-    std::vector<half_t>& hk = g_hk;
-    std::vector<half_t>& hv = g_hv;
-    hk.resize(kTokElems);
-    hv.resize(kTokElems);
+    g_hk.resize(kTokElems);
+    g_hv.resize(kTokElems);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
-    for (std::size_t i = 0; i < kTokElems; ++i) hk[i] = half_t(nd(rng) * ((i % D) % 29 == 0 ? 20.0f : 1.0f));
-    CK(cudaMemcpy(g_k, hk.data(), kTokElems * 2, cudaMemcpyHostToDevice));
-    for (std::size_t i = 0; i < kTokElems; ++i) hv[i] = half_t(nd(rng));
-    CK(cudaMemcpy(g_v, hv.data(), kTokElems * 2, cudaMemcpyHostToDevice));
+    for (std::size_t i = 0; i < kTokElems; ++i) g_hk[i] = half_t(nd(rng) * ((i % D) % 29 == 0 ? 20.0f : 1.0f));
+    CK(cudaMemcpy(g_k, g_hk.data(), kTokElems * 2, cudaMemcpyHostToDevice));
+    for (std::size_t i = 0; i < kTokElems; ++i) g_hv[i] = half_t(nd(rng));
+    CK(cudaMemcpy(g_v, g_hv.data(), kTokElems * 2, cudaMemcpyHostToDevice));
     std::vector<std::int32_t> cu(SEQS + 1);
     for (int s = 0; s <= SEQS; ++s) cu[s] = s * TOK;
     CK(cudaMalloc(&g_cu, (SEQS + 1) * 4));

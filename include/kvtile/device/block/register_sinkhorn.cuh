@@ -54,9 +54,11 @@
 // Per iteration (sinkhorn.hpp): column update (done eagerly at the end of the
 // previous statistics pass, by the owners), rescale, row stds (warp-local),
 // row update, rescale, column + row stds (fused, 4 block barriers),
-// imbalance, best-so-far with ties to the later iterate. Both rescales can
-// share mul(X, rc), reading X from shared memory once per iteration
-// (KVTILE_REGISTER_SINKHORN_ONE_LOAD; off by default).
+// imbalance, best-so-far with ties to the later iterate. X is re-read from
+// shared memory at both rescales: sharing mul(X, rc) between them in
+// registers measured slower under the prefill's 64-register cap (H200, 64K
+// tokens x 8 heads x D 128, Sinkhorn 8: 2,128 against 2,012 us;
+// bench/results/2026-12-03-h200-session-checks.md).
 #pragma once
 
 #include "../../config.hpp"
@@ -72,14 +74,6 @@
 #include "../../normalization/sinkhorn.hpp"
 #include "../warp/warp_primitives.cuh"
 
-// 1: one shared-memory read of X per Sinkhorn iteration, mul(X, rc) kept in
-// registers between the two rescales (see run); 0 (default): X re-read at both
-// rescales. Same bits either way. H200 prefill, 64K tokens x 8 heads x D 128,
-// Sinkhorn 8, column warps: two blocks per SM (64 registers) 2,012 us (0)
-// against 2,128 us (1, more spills); one block per SM 2,645 / 2,629 us.
-#ifndef KVTILE_REGISTER_SINKHORN_ONE_LOAD
-#define KVTILE_REGISTER_SINKHORN_ONE_LOAD 0
-#endif
 // 1 (default): the column statistics and updates of the Sinkhorn run in the
 // first C / 32 warps, one column per thread (the other warps skip them); 0: in
 // every thread, BLOCK_THREADS / C threads per column. Same bits. H200 prefill,
@@ -208,9 +202,8 @@ struct register_sinkhorn {
 
   // sinkhorn<Iterations>::run on the side's matrix M[r][c] = tile[r * rs + c * cs]
   // (shared memory, read-only here). The iterate cur lives in registers; X is
-  // re-read from the tile at each rescale, or once per iteration with
-  // KVTILE_REGISTER_SINKHORN_ONE_LOAD (keeping X in registers too would exceed
-  // 128 registers per thread at 32 elements). Writes the best column
+  // re-read from the tile at each rescale (keeping it in registers too would
+  // exceed 128 registers per thread at 32 elements). Writes the best column
   // scale to best_col[C] (one writer per column). No barrier at the end: the
   // caller synchronizes before reading best_col. Every thread of the block
   // must call it.
@@ -238,27 +231,11 @@ struct register_sinkhorn {
 #pragma unroll 1
     for (int it = 0; it < Iterations; ++it) {
       ec = ec_next;  // column update (computed by stats), rc[] already holds 1 / ec
-#if KVTILE_REGISTER_SINKHORN_ONE_LOAD
-      // Both rescales of an iteration share mul(X, rc) (rc is unchanged
-      // between them): load X once, keep t = mul(X, rc) in cur, form the
-      // first iterate mul(t, rr_old) on the fly in the row-std passes, then
-      // cur = mul(t, rr_new). The same operations in the same order as
-      // rescale() twice, one shared-memory read of X per element instead of 2.
-      scale_cols(tile, rs, cs, rc, cur);
-      rr_own = detail::div(1.0f, detail::sinkhorn_update(lr, row_std_own_scaled(cur, rr_own)));
-#pragma unroll
-      for (int a = 0; a < MR; ++a) {
-        const float rr = row_value(rr_own, a);
-#pragma unroll
-        for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(cur[a][j], rr);
-      }
-#else
       // rescale, row stds, row update
       rescale(tile, rs, cs, rc, rr_own, cur);
       rr_own = detail::div(1.0f, detail::sinkhorn_update(lr, row_std_own(cur)));
       // rescale, col stds, row stds, imbalance (and next column update)
       rescale(tile, rs, cs, rc, rr_own, cur);
-#endif
       const float m = stats(sm, cur, c_own, col_writer, lc, ec_next, rc, it + 1 < Iterations);
       if (m <= best) {  // ties go to the later iterate
         best = m;
@@ -333,51 +310,6 @@ struct register_sinkhorn {
     for (int a = 0; a < MR; ++a)
 #pragma unroll
       for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(detail::mul(x[a][j], rc[j]), rr[a]);
-  }
-
-  // t = mul(X, rc[c]): the first half of rescale.
-  KVTILE_DEVICE static void scale_cols(const float* tile, int rs, int cs, const float (&rc)[JC],
-                                       float (&t)[MR][JC]) {
-    float x[MR][JC];
-    load(tile, rs, cs, x);
-#pragma unroll
-    for (int a = 0; a < MR; ++a)
-#pragma unroll
-      for (int j = 0; j < JC; ++j) t[a][j] = detail::mul(x[a][j], rc[j]);
-  }
-
-  // row_std_own of cur = mul(t, rr[a]) without storing cur (each pass
-  // recomputes the product: the same value bit for bit).
-  // The row values are shuffled from their owners where used (row_value),
-  // which keeps fewer registers live than two broadcast arrays.
-  KVTILE_DEVICE static float row_std_own_scaled(const float (&t)[MR][JC], float rr_own) {
-    float rp[MR];
-#pragma unroll
-    for (int a = 0; a < MR; ++a) {
-      const float rr = row_value(rr_own, a);
-      float v[JC];
-#pragma unroll
-      for (int j = 0; j < JC; ++j) v[j] = detail::mul(t[a][j], rr);
-      rp[a] = tree(v);
-    }
-    const float rm_own = detail::div_by<C>(row_reduce(rp));
-#pragma unroll
-    for (int a = 0; a < MR; ++a) {
-      const float rr = row_value(rr_own, a), rm = row_value(rm_own, a);
-      float v[JC];
-#pragma unroll
-      for (int j = 0; j < JC; ++j) {
-        const float d = detail::sub(detail::mul(t[a][j], rr), rm);
-        v[j] = detail::mul(d, d);
-      }
-      rp[a] = tree(v);
-    }
-    return detail::sqrt(detail::div_by<C - 1>(row_reduce(rp)));
-  }
-  // Register a's row value from the lane owning its row slot (row_broadcast's
-  // element a).
-  KVTILE_DEVICE static float row_value(float own, int a) {
-    return a == 0 ? own : __shfl_xor_sync(full_warp_mask, own, a << (5 - S));
   }
 
   // Row partial sums of cur over this lane's JC columns (j bits: c's high bits).
