@@ -37,8 +37,8 @@
 // is reduced per row by integer order keys (first-wins zero sign on a rare
 // path), and the codes are computed from registers into s_.codes. Other
 // shapes use the shared-memory stages (x holds Y between them). On both
-// paths the code uses quantize_rcp: a multiplication by the row's reciprocal
-// with a tie-zone check, falling back to the exact division (see there).
+// paths the code uses quantize_rcp_fast: a multiplication by the row's
+// reciprocal with a tie-zone check, falling back to the exact division (see there).
 //
 // Status (same values as the host):
 //  * success;
@@ -92,7 +92,7 @@ struct global_token_loader {
     unsigned f = load_ok;
 #pragma unroll
     for (int j = 0; j < J; ++j) v[j] = detail::sanitize_input(detail::element_to_float(row[lane + 32 * j]), f);
-    warp_rotate_forward<Rotation>(v);
+    warp_rotate_forward<Rotation, fwht_lane_op::signed_fma_local>(v);
     return f;
   }
 };
@@ -543,12 +543,13 @@ class block_tile_codec {
       for (int k = 0; k < K; ++k) {
         const int c = warp_id() + WARPS * (i0 + k);
         const int cc = (even || ((i0 + k) < per_warp && c < C)) ? c : 0;
+        // The host's chain fmax(m, x < 0 ? -x : x) from +0 ends with the
+        // largest magnitude as a non-negative float; on NaN-free values
+        // fmaxf / fabsf (one FMNMX) give those bits (fabsf(-0) = +0 cannot
+        // win against the +0 start either way).
         m[k] = 0.0f;
 #pragma unroll
-        for (int r = lane; r < R; r += 32) {
-          const float x = X<Key>(r, cc);
-          m[k] = detail::fmax(m[k], x < 0 ? -x : x);
-        }
+        for (int r = lane; r < R; r += 32) m[k] = fmaxf(m[k], fabsf(X<Key>(r, cc)));
         m[k] = warp_fmax(m[k]);
       }
       if (lane == 0) {
@@ -593,6 +594,9 @@ class block_tile_codec {
     constexpr int per_warp = (R + WARPS - 1) / WARPS;
     constexpr int K = per_warp < NB ? per_warp : NB;
     constexpr bool even = R % WARPS == 0 && per_warp % K == 0;
+    float ch[J];  // s^ of the lane's columns
+#pragma unroll
+    for (int j = 0; j < J; ++j) ch[j] = s_.col_hat[lane + 32 * j];
     for (int i0 = 0; i0 < per_warp; i0 += K) {  // K rows at once (independent chains)
       float lo[K], hi[K];
 #pragma unroll
@@ -603,7 +607,7 @@ class block_tile_codec {
         float y[J];
 #pragma unroll
         for (int j = 0; j < J; ++j) {
-          y[j] = detail::div(X<Key>(rr, lane + 32 * j), s_.col_hat[lane + 32 * j]);
+          y[j] = detail::div(X<Key>(rr, lane + 32 * j), ch[j]);
           if (valid) Xref<Key>(rr, lane + 32 * j) = y[j];  // x now holds Y = X / s^ (make_codes reads it)
         }
         warp_line_min_max(y, lo[k], hi[k]);
@@ -645,7 +649,7 @@ class block_tile_codec {
     return !s_.fail;
   }
 
-  // 1 / scale where quantize_rcp may use it: scale in [2^-126, 2^126] (so
+  // 1 / scale where quantize_rcp_fast may use it: scale in [2^-126, 2^126] (so
   // the reciprocal is a correctly rounded NORMAL float); else NaN, which
   // sends every element of the row to the exact Rounder::quantize.
   KVTILE_DEVICE static float quantize_reciprocal(float scale) {
@@ -667,15 +671,39 @@ class block_tile_codec {
   //    difference converts to the same code 0).
   //  * |t| > 2^10 >= 4 (qmax + 1): q and qr have the sign of t and both
   //    magnitudes exceed qmax + 1/2, so both clamp to 0 or to qmax.
-  // Anything else (near a tie, q = +-Inf, inv = NaN) takes the exact path.
+  // Anything else (near a tie, q = +-Inf, inv = NaN) takes the exact path:
+  // `exact` is set, and the caller (quantize_line) calls Rounder::quantize
+  // after a warp vote, so the common case has no branch. k is integral: the
+  // float-to-unsigned conversion saturates at 0 (-0 -> 0), min() clamps at qmax.
   template <class Rounder>
-  KVTILE_DEVICE static std::uint32_t quantize_rcp(float y, float scale, float inv, float zero) {
+  KVTILE_DEVICE static std::uint32_t quantize_rcp_fast(float y, float inv, float zero, bool& exact) {
     static_assert(Rounder::qmax <= 255, "quantize_rcp: the bound 2^10 assumes qmax + 1 <= 2^10");
     const float q = detail::mul(detail::sub(y, zero), inv);
     const float k = detail::rint(q);
-    if (fabsf(detail::sub(q, k)) <= 0.5f - 0x1p-12f)  // false for NaN
-      return static_cast<std::uint32_t>(detail::clamp(k, 0.0f, static_cast<float>(Rounder::qmax)));
-    return Rounder::quantize(y, scale, zero);
+    exact = !(fabsf(detail::sub(q, k)) <= 0.5f - 0x1p-12f);  // true for NaN
+    const std::uint32_t u = __float2uint_rz(k);
+    return u < Rounder::qmax ? u : Rounder::qmax;
+  }
+
+  // Codes of N values of one row slot each (vals[n], with the row's step a,
+  // zero z, reciprocal inv), one lane per value: the fast path, and the exact
+  // path for the values it leaves (rare: near a tie, constant row, or no
+  // usable reciprocal), decided per warp.
+  template <class Rounder, int N>
+  KVTILE_DEVICE static void quantize_line(const float (&vals)[N], const float (&a)[N], const float (&inv)[N],
+                                          const float (&z)[N], std::uint32_t (&code)[N]) {
+    unsigned need = 0u;
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      bool e;
+      code[n] = quantize_rcp_fast<Rounder>(vals[n], inv[n], z[n], e);
+      need |= static_cast<unsigned>(e) << n;
+    }
+    if (__any_sync(full_warp_mask, need != 0u)) {
+#pragma unroll
+      for (int n = 0; n < N; ++n)
+        if ((need >> n) & 1u) code[n] = Rounder::quantize(vals[n], a[n], z[n]);
+    }
   }
 
   // Codes of the side, row-major R x C bytes in s_.codes. Fast path: from
@@ -698,17 +726,34 @@ class block_tile_codec {
 #pragma unroll
       for (int a = 0; a < MR; ++a) {
         const int r = warp_id() + WARPS * (a ^ s);
+        float va[JC], ia[JC], za[JC];
+        std::uint32_t code[JC];
 #pragma unroll
-        for (int j = 0; j < JC; ++j)
-          s_.codes[r * C + lane + 32 * j] =
-              static_cast<std::uint8_t>(quantize_rcp<Rounder>(y[a][j], av[a], iv[a], zv[a]));
+        for (int j = 0; j < JC; ++j) {
+          va[j] = av[a];
+          ia[j] = iv[a];
+          za[j] = zv[a];
+        }
+        quantize_line<Rounder>(y[a], va, ia, za, code);
+#pragma unroll
+        for (int j = 0; j < JC; ++j) s_.codes[r * C + lane + 32 * j] = static_cast<std::uint8_t>(code[j]);
       }
     } else {
+      constexpr int J = C / 32;
       for (int r = warp_id(); r < R; r += WARPS) {
         const float a = s_.row_a[r], z = s_.row_z[r], inv = quantize_reciprocal(a);
+        float yv[J], av[J], iv[J], zv[J];
+        std::uint32_t code[J];
 #pragma unroll
-        for (int c = lane; c < C; c += 32)  // x holds Y (written by scales)
-          s_.codes[r * C + c] = static_cast<std::uint8_t>(quantize_rcp<Rounder>(X<Key>(r, c), a, inv, z));
+        for (int j = 0; j < J; ++j) {
+          yv[j] = X<Key>(r, lane + 32 * j);  // x holds Y (written by scales)
+          av[j] = a;
+          iv[j] = inv;
+          zv[j] = z;
+        }
+        quantize_line<Rounder>(yv, av, iv, zv, code);
+#pragma unroll
+        for (int j = 0; j < J; ++j) s_.codes[r * C + lane + 32 * j] = static_cast<std::uint8_t>(code[j]);
       }
     }
   }

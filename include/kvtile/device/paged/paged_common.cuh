@@ -22,6 +22,7 @@
 #include "../../config.hpp"
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../../codec/tile_codec.hpp"
 #include "../../paged/paged_cache.hpp"
@@ -35,6 +36,10 @@ namespace device {
 
 #if defined(__CUDACC__)
 // One warp: token src[0..D) -> rotated fp16 in h[j] = element lane + 32 j.
+// The FWHT's lane stages use the signed_fma_local form (same bits).
+// An fp16 token's rotation is finite (|sum| <= 256 * 65504), so the NaN check
+// is compiled for bf16 tokens only; NaN-free values make fminf / fmaxf equal
+// to the saturating clamp of element_from_float<half_t>.
 template <class Rotation, int J, class T>
 KVTILE_DEVICE unsigned rotate_to_half(const T* src, half_t (&h)[J]) {
   float v[J];
@@ -49,18 +54,21 @@ KVTILE_DEVICE unsigned rotate_to_half(const T* src, half_t (&h)[J]) {
     }
     v[j] = x;
   }
-  warp_rotate_forward<Rotation>(v);
+  warp_rotate_forward<Rotation, fwht_lane_op::signed_fma_local>(v);
+  float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < J; ++j) {
     float x = v[j];
-    if (detail::is_nan(x)) {
-      x = 0.0f;
-      f |= paged_flag_saturated;
-    } else if (!((x < 0 ? -x : x) <= half_t::max_finite)) {
-      f |= paged_flag_saturated;
+    if constexpr (!std::is_same_v<T, half_t>) {
+      if (detail::is_nan(x)) {
+        x = 0.0f;
+        f |= paged_flag_saturated;
+      }
     }
-    h[j] = detail::element_from_float<half_t>(x);
+    amax = fmaxf(amax, fabsf(x));
+    h[j] = half_t(fminf(fmaxf(x, -half_t::max_finite), half_t::max_finite));
   }
+  if (!(amax <= half_t::max_finite)) f |= paged_flag_saturated;
   return __reduce_or_sync(full_warp_mask, f);
 }
 
@@ -88,8 +96,7 @@ struct paged_tile_loader {
       return load_ok;
     }
     half_t h[J];
-    unsigned f = rotate_to_half<Rotation>(input + (p - in_start) * in_stride, h);
-    f = __reduce_or_sync(full_warp_mask, f);
+    const unsigned f = rotate_to_half<Rotation>(input + (p - in_start) * in_stride, h);  // warp-uniform
     if (f && flags && lane == 0) atomicOr(flags, static_cast<int>(f));
 #pragma unroll
     for (int j = 0; j < J; ++j) v[j] = h[j].to_float();

@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS, (prefill_min_blocks<Codec, BLOC
         const bool key = g < G;
         const int t = key ? g : g - G;
         float x[J];
-        (key ? kl : vl)(t, x);
+        if (key) kl(t, x);  // not (key ? kl : vl): taking either's address puts both in local memory
+        else vl(t, x);
         half_t* dst = (key ? view.sink_k : view.sink_v) + off + static_cast<std::int64_t>(t) * D;
 #pragma unroll
         for (int j = 0; j < J; ++j) dst[lane + 32 * j] = half_t(x[j]);  // exact: x is an fp16 value

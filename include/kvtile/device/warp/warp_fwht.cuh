@@ -18,9 +18,14 @@
 //    (the host's add / sub; the lane's half is a predicate, no register);
 //  * signed_fma: fma(x, s, o), s = +1 / -1: x s is exact, so this is one
 //    rounding of add / sub's exact value, the same bits (signed zeros
-//    included) in one instruction, but the signs take registers.
-// Both give the host's bits; the choice is register pressure against
-// instructions (the encode loaders at 64 registers spill with signed_fma).
+//    included) in one instruction, but the signs take registers (the
+//    compiler may keep them live across the caller: the 64-register encode
+//    kernels then spill);
+//  * signed_fma_local: signed_fma with each stage's sign built from the lane
+//    id in the call (a volatile read of %laneid, so it is not hoisted):
+//    two integer instructions per stage and call, no register held outside.
+// All give the host's bits; the choice is register pressure against
+// instructions.
 // CUDA only (.cuh).
 #pragma once
 
@@ -47,7 +52,7 @@ KVTILE_DEVICE void register_stages(float (&v)[N]) {
 }
 }  // namespace fwht_detail
 
-enum class fwht_lane_op { select, signed_fma };
+enum class fwht_lane_op { select, signed_fma, signed_fma_local };
 
 // Unnormalized FWHT of the line in v (layout above), host stage order.
 template <int P, int LO, fwht_lane_op LaneOp = fwht_lane_op::select, int N>
@@ -58,14 +63,19 @@ KVTILE_DEVICE void lane_fwht_unnormalized(float (&v)[N]) {
   // h < LO: register bits of i (k & h == i & h).
   fwht_detail::register_stages<1, LO>(v);
   // LO <= h < LO P: lane bit m; the partner lane ^ m holds the same registers.
-  const int lane = static_cast<int>(threadIdx.x & 31u);
+  int lane;
+  if constexpr (LaneOp == fwht_lane_op::signed_fma_local) asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  else lane = static_cast<int>(threadIdx.x & 31u);
 #pragma unroll
-  for (int m = 1; m < P; m *= 2) {
+  for (int m = 1, b = 0; m < P; m *= 2, ++b) {
     const bool high = (lane & m) != 0;
+    // +1 / -1 with the sign bit taken from lane bit b (signed_fma_local)
+    const float sign_local = __uint_as_float(0x3f800000u | (static_cast<unsigned>(lane & m) << (31 - b)));
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const float o = __shfl_xor_sync(0xffffffffu, v[k], m);
       if constexpr (LaneOp == fwht_lane_op::signed_fma) v[k] = ::kvtile::detail::fma(v[k], high ? -1.0f : 1.0f, o);
+      else if constexpr (LaneOp == fwht_lane_op::signed_fma_local) v[k] = ::kvtile::detail::fma(v[k], sign_local, o);
       else v[k] = high ? ::kvtile::detail::sub(o, v[k]) : ::kvtile::detail::add(v[k], o);
     }
   }

@@ -149,11 +149,12 @@ KVTILE_DEVICE void warp_line_min_max(const float (&x)[J], float& lo, float& hi) 
 // Rotation::forward / inverse on the warp's D = 32*J values (strided layout).
 // Supports identity, hadamard and randomized_hadamard<Seed> (forward: FWHT,
 // 1/sqrt(D), sign; inverse: sign, FWHT, 1/sqrt(D)), exactly as the host.
-template <class Rotation, int J>
+// LaneOp: the FWHT's lane-stage form (warp_fwht.cuh; same bits either way).
+template <class Rotation, fwht_lane_op LaneOp = fwht_lane_op::select, int J>
 KVTILE_DEVICE void warp_rotate_forward(float (&v)[J]) {
   if constexpr (!Rotation::is_identity) {
     constexpr int D = 32 * J;
-    warp_fwht_unnormalized(v);
+    lane_fwht_unnormalized<32, 1, LaneOp>(v);
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       v[j] = detail::mul(v[j], detail::hadamard_norm<D>::value);
