@@ -97,6 +97,15 @@ struct global_token_loader {
   }
 };
 
+// A loader with raw_type, fetch(g, raw_type (&)[J]), finish(g, raw, float
+// (&)[J]) and flush() (paged_tile_loader) is called in two phases by load():
+// the fetches of a group of tokens, then their finishes (the global loads
+// overlap); flush() after the last (every thread).
+template <class L, class = void>
+struct two_phase_loader : std::false_type {};
+template <class L>
+struct two_phase_loader<L, std::void_t<typename L::raw_type>> : std::true_type {};
+
 // MIN_BLOCKS: the resident blocks per SM the calling kernel is compiled for
 // (its __launch_bounds__ minimum). At >= 2 the registers are capped (64 per
 // thread at 512 threads), and the scale and code stages run from shared
@@ -164,7 +173,7 @@ class block_tile_codec {
     alignas(16) std::uint8_t codes[D * G];
     sinkhorn_storage sk;
     float best_col[L];
-    float col_hat[L], col_lower[L], row_lo[L], row_hi[L], row_need[L], row_a[L], row_z[L];
+    float col_hat[L], col_lower[L], row_lo[L], row_hi[L], row_need[L], row_a[L], row_z[L], row_inv[L];
     side_fields key, value;
     float best;
     int improved;
@@ -251,10 +260,24 @@ class block_tile_codec {
     constexpr bool even = G % WARPS == 0 && per_warp % K == 0;
     for (int i0 = 0; i0 < per_warp; i0 += K) {
       float v[K][JD];
+      if constexpr (two_phase_loader<Loader>::value) {  // every fetch of the group before the first finish
+        typename Loader::raw_type raw[K][JD];
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int g = warp_id() + WARPS * (i0 + k);
-        if (even || ((i0 + k) < per_warp && g < G)) f |= loader(g, v[k]);  // warp-uniform
+        for (int k = 0; k < K; ++k) {
+          const int g = warp_id() + WARPS * (i0 + k);
+          if (even || ((i0 + k) < per_warp && g < G)) loader.fetch(g, raw[k]);  // warp-uniform
+        }
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const int g = warp_id() + WARPS * (i0 + k);
+          if (even || ((i0 + k) < per_warp && g < G)) f |= loader.finish(g, raw[k], v[k]);
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const int g = warp_id() + WARPS * (i0 + k);
+          if (even || ((i0 + k) < per_warp && g < G)) f |= loader(g, v[k]);  // warp-uniform
+        }
       }
 #pragma unroll
       for (int k = 0; k < K; ++k) {
@@ -265,6 +288,7 @@ class block_tile_codec {
         }
       }
     }
+    if constexpr (two_phase_loader<Loader>::value) loader.flush();
     f = __reduce_or_sync(full_warp_mask, f);  // flags are per lane
     if (f && lane == 0) atomicOr(&s_.flags, f);
     __syncthreads();
@@ -571,7 +595,8 @@ class block_tile_codec {
     constexpr int C = Key ? G : D;
     const int lane = lane_id();
     float vmax = 0.0f;
-    for (int c = lane; c < C; c += 32) vmax = detail::fmax(vmax, detail::fmax(s_.best_col[c], s_.col_lower[c]));
+    // positive, non-NaN values: any max order and fmaxf give the host's bits
+    for (int c = lane; c < C; c += 32) vmax = fmaxf(vmax, fmaxf(s_.best_col[c], s_.col_lower[c]));
     vmax = warp_fmax(vmax);  // every warp computes it (cheap), no broadcast needed
     const float col_vs = format::vector_scale(vmax);
     for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) {
@@ -626,13 +651,14 @@ class block_tile_codec {
 
   // Row step codes and zeros from row_need / row_lo / row_hi (both paths):
   // the side's vector scale, then Rounder::fit per row (one thread per row);
-  // row_a, row_z for the code stage.
+  // row_a, row_z, row_inv for the code stage.
   template <bool Key, class Rounder>
   KVTILE_DEVICE bool row_codes(side_fields& st) {
     constexpr int R = Key ? D : G;
     const int lane = lane_id();
     float need_max = 0.0f;
-    for (int r = lane; r < R; r += 32) need_max = detail::fmax(need_max, s_.row_need[r]);
+    // steps wanted: >= +0 (never -0: hi - lo), non-NaN; any max order and fmaxf give the host's bits
+    for (int r = lane; r < R; r += 32) need_max = fmaxf(need_max, s_.row_need[r]);
     need_max = warp_fmax(need_max);
     const float row_vs = format::vector_scale(need_max);
     for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) {
@@ -643,6 +669,7 @@ class block_tile_codec {
       st.zero[r] = zero;
       s_.row_a[r] = format::decode(code, row_vs);
       s_.row_z[r] = half_t::to_float_bits(zero);
+      s_.row_inv[r] = quantize_reciprocal(s_.row_a[r]);
     }
     if (threadIdx.x == 0) st.row_vs = row_vs;
     __syncthreads();
@@ -722,7 +749,7 @@ class block_tile_codec {
       float av[MR], zv[MR], iv[MR];
       rs::row_broadcast(a_own, av);
       rs::row_broadcast(s_.row_z[r_own], zv);
-      rs::row_broadcast(quantize_reciprocal(a_own), iv);
+      rs::row_broadcast(s_.row_inv[r_own], iv);
 #pragma unroll
       for (int a = 0; a < MR; ++a) {
         const int r = warp_id() + WARPS * (a ^ s);
@@ -741,7 +768,7 @@ class block_tile_codec {
     } else {
       constexpr int J = C / 32;
       for (int r = warp_id(); r < R; r += WARPS) {
-        const float a = s_.row_a[r], z = s_.row_z[r], inv = quantize_reciprocal(a);
+        const float a = s_.row_a[r], z = s_.row_z[r], inv = s_.row_inv[r];
         float yv[J], av[J], iv[J], zv[J];
         std::uint32_t code[J];
 #pragma unroll

@@ -35,46 +35,61 @@ KVTILE_NAMESPACE_BEGIN
 namespace device {
 
 #if defined(__CUDACC__)
-// One warp: token src[0..D) -> rotated fp16 in h[j] = element lane + 32 j.
-// The FWHT's lane stages use the signed_fma_local form (same bits).
-// An fp16 token's rotation is finite (|sum| <= 256 * 65504), so the NaN check
-// is compiled for bf16 tokens only; NaN-free values make fminf / fmaxf equal
-// to the saturating clamp of element_from_float<half_t>.
+// One warp, one token: x[j] = element lane + 32 j (any input type) -> rotated
+// fp16 in h[j]; returns this LANE's paged_flag bits. The FWHT's lane stages
+// use the signed_fma_local form (same bits). An fp16 token's rotation is
+// finite (|sum| <= 256 * 65504), so the NaN check is compiled for bf16 tokens
+// only; on NaN-free values fminf / fmaxf equal the saturating clamp of
+// element_from_float<half_t>.
 template <class Rotation, int J, class T>
-KVTILE_DEVICE unsigned rotate_to_half(const T* src, half_t (&h)[J]) {
+KVTILE_DEVICE unsigned rotate_to_half_lane(const T (&x)[J], half_t (&h)[J]) {
   float v[J];
   unsigned f = 0;
-  const int lane = lane_id();
 #pragma unroll
   for (int j = 0; j < J; ++j) {
-    float x = detail::element_to_float(src[lane + 32 * j]);
-    if (!detail::is_finite(x)) {
-      x = 0.0f;
+    float e = detail::element_to_float(x[j]);
+    if (!detail::is_finite(e)) {
+      e = 0.0f;
       f |= paged_flag_non_finite;
     }
-    v[j] = x;
+    v[j] = e;
   }
   warp_rotate_forward<Rotation, fwht_lane_op::signed_fma_local>(v);
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < J; ++j) {
-    float x = v[j];
+    float e = v[j];
     if constexpr (!std::is_same_v<T, half_t>) {
-      if (detail::is_nan(x)) {
-        x = 0.0f;
+      if (detail::is_nan(e)) {
+        e = 0.0f;
         f |= paged_flag_saturated;
       }
     }
-    amax = fmaxf(amax, fabsf(x));
-    h[j] = half_t(fminf(fmaxf(x, -half_t::max_finite), half_t::max_finite));
+    amax = fmaxf(amax, fabsf(e));
+    h[j] = half_t(fminf(fmaxf(e, -half_t::max_finite), half_t::max_finite));
   }
   if (!(amax <= half_t::max_finite)) f |= paged_flag_saturated;
-  return __reduce_or_sync(full_warp_mask, f);
+  return f;
+}
+
+// One warp: token src[0..D) -> rotated fp16 in h[j] = element lane + 32 j;
+// returns the warp's paged_flag bits (in every lane).
+template <class Rotation, int J, class T>
+KVTILE_DEVICE unsigned rotate_to_half(const T* src, half_t (&h)[J]) {
+  T x[J];
+  const int lane = lane_id();
+#pragma unroll
+  for (int j = 0; j < J; ++j) x[j] = src[lane + 32 * j];
+  return __reduce_or_sync(full_warp_mask, rotate_to_half_lane<Rotation>(x, h));
 }
 
 // Loader for one paged tile (tile index `tile` of a sequence): token positions
 // < in_start come from the fp16 tail (already rotated); positions >= in_start
-// from the input (rotated and rounded to fp16 here).
+// from the input (rotated and rounded to fp16 here). Two-phase (fetch, then
+// finish: block_tile_codec::load issues the fetches of several tokens before
+// the first finish, so their global loads overlap). The paged_flag bits of
+// the rotated tokens collect per lane in `seen`; flush() reports them
+// (block_tile_codec::load calls it after its loads; other callers likewise).
 template <class Rotation, class T>
 struct paged_tile_loader {
   const half_t* tail;   // [G][D] of this (seq, head)
@@ -84,23 +99,49 @@ struct paged_tile_loader {
   std::int64_t tile_pos;  // position of token 0 of the tile
   int D;
   int G;
-  std::int32_t* flags;  // optional per-sequence flag word of this sequence
+  std::int32_t* flags;        // optional per-sequence flag word of this sequence
+  mutable unsigned seen = 0;  // paged_flag bits of this lane's tokens, not yet reported
+
+  using raw_type = std::uint16_t;  // bits of one input element (T or the tail's half_t)
   template <int J>
-  KVTILE_DEVICE unsigned operator()(int g, float (&v)[J]) const {
+  KVTILE_DEVICE void fetch(int g, raw_type (&r)[J]) const {
     const std::int64_t p = tile_pos + g;
     const int lane = lane_id();
     if (p < in_start) {
       const half_t* row = tail + static_cast<std::int64_t>(p % G) * D;
 #pragma unroll
-      for (int j = 0; j < J; ++j) v[j] = row[lane + 32 * j].to_float();
+      for (int j = 0; j < J; ++j) r[j] = row[lane + 32 * j].bits();
+    } else {
+      const T* row = input + (p - in_start) * in_stride;
+#pragma unroll
+      for (int j = 0; j < J; ++j) r[j] = row[lane + 32 * j].bits();
+    }
+  }
+  template <int J>
+  KVTILE_DEVICE unsigned finish(int g, const raw_type (&r)[J], float (&v)[J]) const {
+    if (tile_pos + g < in_start) {
+#pragma unroll
+      for (int j = 0; j < J; ++j) v[j] = half_t::from_bits(r[j]).to_float();
       return load_ok;
     }
+    T x[J];
     half_t h[J];
-    const unsigned f = rotate_to_half<Rotation>(input + (p - in_start) * in_stride, h);  // warp-uniform
-    if (f && flags && lane == 0) atomicOr(flags, static_cast<int>(f));
+#pragma unroll
+    for (int j = 0; j < J; ++j) x[j] = T::from_bits(r[j]);
+    seen |= rotate_to_half_lane<Rotation>(x, h);
 #pragma unroll
     for (int j = 0; j < J; ++j) v[j] = h[j].to_float();
     return load_ok;
+  }
+  template <int J>
+  KVTILE_DEVICE unsigned operator()(int g, float (&v)[J]) const {
+    raw_type r[J];
+    fetch(g, r);
+    return finish(g, r, v);
+  }
+  KVTILE_DEVICE void flush() const {
+    if (seen && flags) atomicOr(flags, static_cast<int>(seen));
+    seen = 0;
   }
 };
 

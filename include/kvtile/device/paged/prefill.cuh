@@ -88,6 +88,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS, (prefill_min_blocks<Codec, BLOC
 #pragma unroll
         for (int j = 0; j < J; ++j) dst[lane + 32 * j] = half_t(x[j]);  // exact: x is an fp16 value
       }
+      kl.flush();
+      vl.flush();
       __syncthreads();
     } else {
       bool bad = tile >= view.max_pages_per_seq;

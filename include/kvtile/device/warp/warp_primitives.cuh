@@ -75,17 +75,18 @@ KVTILE_DEVICE float warp_canonical_std(const float (&x)[J]) {
 
 // Max / min of one value per lane, in every lane (order-independent: use only
 // where no signed-zero tie can differ and no value is NaN, e.g. non-negative
-// values that are never -0). Hand-written xor butterflies: every lane needs
+// values that are never -0; there fmaxf / fminf, one FMNMX each, equal the
+// host's select-based detail::fmax / fmin). Hand-written xor butterflies: every lane needs
 // the result, and cub::WarpReduce (aggregate in lane 0, shuffle-down tree plus
 // a broadcast) costs registers: the 64-register g64 encodes spill with it.
 KVTILE_DEVICE float warp_fmax(float v) {
 #pragma unroll
-  for (int o = 16; o >= 1; o /= 2) v = detail::fmax(v, __shfl_xor_sync(full_warp_mask, v, o));
+  for (int o = 16; o >= 1; o /= 2) v = fmaxf(v, __shfl_xor_sync(full_warp_mask, v, o));
   return v;
 }
 KVTILE_DEVICE float warp_fmin(float v) {
 #pragma unroll
-  for (int o = 16; o >= 1; o /= 2) v = detail::fmin(v, __shfl_xor_sync(full_warp_mask, v, o));
+  for (int o = 16; o >= 1; o /= 2) v = fminf(v, __shfl_xor_sync(full_warp_mask, v, o));
   return v;
 }
 
