@@ -41,8 +41,10 @@ struct app_options {
   int max_tokens = 0;                                      // use only the first N tokens (0: all)
   // generator
   generator_params gen;
+  double outlier_scale = 1.0;  // multiplies gen.outlier_min and gen.outlier_max (key outlier means)
   // evaluation
   std::string methods = "all";
+  std::vector<int> sinkhorn_iterations;  // extra Sinkhorn counts for the kvarn methods (add_iteration_variants)
   int threads = 0;
   int queries_per_layer = 64;  // (position, KV head) pairs; every query head of the group attends
   int context_queries = 16;
@@ -168,6 +170,10 @@ inline bool check_options(const app_options& o, std::string& err) {
             std::to_string(g.kv_heads);
       return false;
     }
+    if (!(o.outlier_scale >= 0 && o.outlier_scale <= max_outlier_scale)) {
+      err = "--gen-outlier-scale must be in [0, " + std::to_string(static_cast<int>(max_outlier_scale)) + "]";
+      return false;
+    }
     if (g.head_dim != 64 && g.head_dim != 128 && g.head_dim != 256) {
       err = "--gen-head-dim " + std::to_string(g.head_dim) + " is not supported (64, 128 or 256)";
       return false;
@@ -190,7 +196,10 @@ inline bool load_inputs(const app_options& o, dataset& ds, std::string& err) {
       err = "--queries needs --keys and --values";
       return false;
     }
-    generate_dataset(o.gen, o.threads > 0 ? o.threads : default_threads(), ds);
+    generator_params g = o.gen;
+    g.outlier_min = static_cast<float>(g.outlier_min * o.outlier_scale);
+    g.outlier_max = static_cast<float>(g.outlier_max * o.outlier_scale);
+    generate_dataset(g, o.threads > 0 ? o.threads : default_threads(), ds);
     return true;
   }
   if (o.keys.empty() || o.values.empty()) {
@@ -242,7 +251,7 @@ inline int run_app_unguarded(const app_options& o, std::ostream& out, std::ostre
          << "; use --device cpu\n";
     return exit_error;
   }
-  if (!select_methods(o.methods, eo.methods, err)) {
+  if (!select_methods(o.methods, eo.methods, err) || !add_iteration_variants(o.sinkhorn_iterations, eo.methods, err)) {
     errs << "kvtile-eval: " << err << "\n";
     return exit_usage;
   }

@@ -51,6 +51,10 @@ expect 2 'above the --max-memory budget of 16 GiB' --gen-layers 1024 --gen-token
 expect 2 'above the --max-memory budget of 1.0 GiB' --gen-tokens 1048576 --max-memory 1
 expect 2 'not expected: --bogus' --bogus
 expect 2 'unknown method selection' -m k5v5
+expect 2 'sinkhorn-iterations: 3 not in \{0,1,2,4,8,16\}' --sinkhorn-iterations 0,3
+expect 2 'sinkhorn-iterations needs a selected kvarn method' --sinkhorn-iterations 2 -m kivi,k4v2_g64
+expect 2 'gen-outlier-scale: Value 1000 not in range' --gen-outlier-scale 1000
+expect 2 'gen-outlier-scale: Value -1 not in range' --gen-outlier-scale -1
 expect 1 'cannot open' -k "$tmp/none.npy" -v "$tmp/none.npy"
 # A run without queries: exit 0, the table says so (stderr: the plot note only).
 "$bin" --no-plot --no-progress --gen-tokens 256 --gen-kv-heads 1 --gen-q-heads 2 -m k4v2_g128 \
@@ -60,6 +64,16 @@ if [ $rc != 0 ] || ! grep -q 'no queries sampled' "$tmp/out"; then
   echo "FAIL: --queries-per-layer 0 --context-queries 0: exit $rc"; cat "$tmp/out" "$tmp/err"; fail=1
 else
   echo "ok:   --queries-per-layer 0 --context-queries 0 -> 0, 'no queries sampled'"
+fi
+# --sinkhorn-iterations: the preset, then one row per other count (8 and repeats are not added again).
+"$bin" --no-plot --no-progress --gen-tokens 256 --gen-kv-heads 1 --gen-q-heads 2 -m kvarn+k2v2_g128+fp8 \
+  --sinkhorn-iterations 0,8,16,0 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+rows=$(grep -Ec '^[* ] k2v2_g128/fp8( it0| it16)? +2\.254 ' "$tmp/out")  # main table only
+if [ $rc != 0 ] || [ "$rows" != 3 ] || grep -q ' it8 ' "$tmp/out"; then
+  echo "FAIL: --sinkhorn-iterations 0,8,16,0: exit $rc, $rows rows (want 3)"; cat "$tmp/out" "$tmp/err"; fail=1
+else
+  echo "ok:   --sinkhorn-iterations 0,8,16,0 -> 0, rows k2v2_g128/fp8, it0, it16"
 fi
 # Worker threads that cannot start (1000 threads' stacks exceed the 1 GiB cap):
 # an error and exit 1, not std::terminate (exit 134).

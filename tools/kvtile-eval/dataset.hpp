@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -153,6 +154,12 @@ inline void generate_dataset(const generator_params& p, int threads, dataset& ds
   ds.description = "generated: " + std::to_string(p.layers) + " layer(s) x " + std::to_string(p.tokens) +
                    " tokens x " + std::to_string(p.kv_heads) + " KV heads (" + std::to_string(p.q_heads) +
                    " query heads) x D=" + std::to_string(p.head_dim) + ", seed " + std::to_string(p.seed);
+  const generator_params def;
+  if (p.outlier_min != def.outlier_min || p.outlier_max != def.outlier_max) {
+    char b[96];
+    std::snprintf(b, sizeof b, ", key outlier |mean| %g-%g", p.outlier_min, p.outlier_max);
+    ds.description += b;
+  }
 }
 
 }  // namespace kvtile_eval

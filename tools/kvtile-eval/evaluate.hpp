@@ -267,11 +267,12 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
         sinkhorn_memo* memo = nullptr;
         if (spec.fam == family::kvarn) {
           for (auto& mm : memos)
-            if (mm.tile_tokens == spec.tile_tokens) memo = &mm;
+            if (mm.tile_tokens == spec.tile_tokens && mm.iterations == spec.iterations) memo = &mm;
           if (!memo) {
             memos.emplace_back();
             memo = &memos.back();
             memo->tile_tokens = spec.tile_tokens;
+            memo->iterations = spec.iterations;
             const std::size_t n = static_cast<std::size_t>(T / spec.tile_tokens) * H;
             memo->keys.resize(n);
             memo->values.resize(n);
@@ -286,11 +287,12 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
         p.algo = spec.fam == family::kvarn ? kvtile::method::kvarn
                  : spec.fam == family::kivi ? kvtile::method::kivi
                                             : kvtile::method::rotate_rtn;
-        const bool on_device = use_device && device_supports(p);
+        // The GPU codec runs the presets only (8 Sinkhorn iterations).
+        const bool on_device = use_device && spec.iterations == 8 && device_supports(p);
         const bool on_host = !on_device || opt.compare_devices;
         std::vector<unsigned char> host_rec, dev_rec;
         const bool cmp = on_device && opt.compare_devices;
-        const kvtile::status st = kvtile::dispatch(p, [&](auto tag) {
+        const kvtile::status st = dispatch_method(spec, p, [&](auto tag) {
           using Codec = typename decltype(tag)::type;
           using Run = with_memo_t<Codec>;
           static_assert(Run::record_bytes == Codec::record_bytes, "memo must not change the record");

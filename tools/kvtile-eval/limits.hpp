@@ -29,6 +29,7 @@ inline constexpr int max_kv_heads = 256;
 inline constexpr int max_q_heads = 4096;
 inline constexpr int max_queries_per_layer = 1 << 20;
 inline constexpr int max_context_queries = 1 << 16;
+inline constexpr double max_outlier_scale = 100.0;  // --gen-outlier-scale (x100: key outlier means up to 4000)
 inline constexpr double default_max_memory_gib = 16.0;
 inline constexpr double max_memory_gib_limit = 1 << 20;  // the largest --max-memory accepted (1 PiB)
 

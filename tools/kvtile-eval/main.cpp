@@ -39,12 +39,22 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({64, 128, 256}));
   gen->add_option("--seed", o.gen.seed, "generator seed")->capture_default_str();
+  gen->add_option("--gen-outlier-scale", o.outlier_scale,
+                  "multiplies the key outlier channels' |mean| (default 20-40; 3: 60-120)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, max_outlier_scale));
 
   auto* ev = app.add_option_group("Evaluation");
   ev->add_option("-m,--methods", o.methods,
                  "comma-separated: all, presets, baselines, kvarn, kivi, rotate_rtn, token_rtn, a shape (k4v2_g128, "
                  "k4v2), fp8, fp16, a full name; '+' intersects (kivi+k2v2)")
       ->capture_default_str();
+  ev->add_option("--sinkhorn-iterations", o.sinkhorn_iterations,
+                 "comma-separated Sinkhorn iteration counts from {0,1,2,4,8,16}: adds each selected kvarn method "
+                 "k2v2_g128, k4v2_g128 or k4v4_g128 with fp8 scales at those counts (named e.g. 'k2v2_g128/fp8 "
+                 "it2'; the preset itself runs 8)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({0, 1, 2, 4, 8, 16}));
   ev->add_option("-j,--threads", o.threads, "worker threads (0: all cores)")
       ->capture_default_str()
       ->check(CLI::Range(0, max_threads));

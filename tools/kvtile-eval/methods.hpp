@@ -3,9 +3,13 @@
 // A method is a kvtile preset (family kvarn) in one packing, or a baseline:
 // KIVI and Hadamard rotation + RTN (kvtile's `method` enum, through
 // kvtile::dispatch) and per-token RTN (token_rtn.hpp). all_methods() lists
-// the default set; select_methods() parses `--methods`.
+// the default set; select_methods() parses `--methods`. A kvarn method may
+// also run at another Sinkhorn iteration count (`--sinkhorn-iterations`,
+// add_iteration_variants); dispatch_method() picks its codec.
 #pragma once
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -31,6 +35,7 @@ struct method_spec {
   family fam = family::kvarn;
   int tile_tokens = 128, key_bits = 4, value_bits = 2;
   kvtile::packing pack = kvtile::packing::fp8_scales;
+  int iterations = 8;  // Sinkhorn iterations (kvarn only; 8: the preset)
 
   std::string config() const {
     return "k" + std::to_string(key_bits) + "v" + std::to_string(value_bits) + "_g" + std::to_string(tile_tokens);
@@ -39,14 +44,100 @@ struct method_spec {
     if (fam == family::token_rtn) return "fp16";
     return pack == kvtile::packing::fp8_scales ? "fp8" : "fp16";
   }
-  // e.g. "k4v2_g128/fp8", "kivi k4v2_g128/fp8", "token_rtn k4v2"
+  // e.g. "k4v2_g128/fp8", "k2v2_g128/fp8 it2", "kivi k4v2_g128/fp8", "token_rtn k4v2"
   std::string name() const {
     if (fam == family::token_rtn)
       return std::string("token_rtn k") + std::to_string(key_bits) + "v" + std::to_string(value_bits);
     std::string n = config() + "/" + packing_name();
+    if (fam == family::kvarn && iterations != 8) n += " it" + std::to_string(iterations);
     return fam == family::kvarn ? n : std::string(to_string(fam)) + " " + n;
   }
 };
+
+// The Sinkhorn iteration counts kvtile-eval instantiates (8 is the presets'),
+// for the kvarn shapes k2v2_g128, k4v2_g128 and k4v4_g128 with fp8 scales.
+inline constexpr int sinkhorn_iteration_choices[] = {0, 1, 2, 4, 8, 16};
+
+inline bool iterations_supported(const method_spec& m) {
+  return m.fam == family::kvarn && m.tile_tokens == 128 && m.pack == kvtile::packing::fp8_scales &&
+         ((m.key_bits == 2 && m.value_bits == 2) || (m.key_bits == 4 && (m.value_bits == 2 || m.value_bits == 4)));
+}
+
+namespace detail {
+template <int D, int KB, int VB, class F>
+void call_iterations(int it, F& f) {
+  using kvtile::presets::kvarn;
+  using P = kvtile::fp8_scales;
+  using R = kvtile::rtn<>;
+  switch (it) {
+    case 0: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 0>>{}); break;
+    case 1: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 1>>{}); break;
+    case 2: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 2>>{}); break;
+    case 4: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 4>>{}); break;
+    default: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 16>>{}); break;
+  }
+}
+template <int D, class F>
+void call_iterations_shape(const method_spec& m, F& f) {
+  if (m.key_bits == 2) call_iterations<D, 2, 2>(m.iterations, f);
+  else if (m.value_bits == 2) call_iterations<D, 4, 2>(m.iterations, f);
+  else call_iterations<D, 4, 4>(m.iterations, f);
+}
+}  // namespace detail
+
+// kvtile::dispatch(p, f) for method m: its preset, or for an iteration
+// variant (m.iterations != 8) presets::kvarn at that count (the same codec
+// but for the normalizer). p must describe m (evaluate() builds it from m).
+template <class F>
+kvtile::status dispatch_method(const method_spec& m, const kvtile::codec_params& p, F&& f) {
+  if (m.fam != family::kvarn || m.iterations == 8) return kvtile::dispatch(p, f);
+  const int* const end = std::end(sinkhorn_iteration_choices);
+  if (!iterations_supported(m) || std::find(std::begin(sinkhorn_iteration_choices), end, m.iterations) == end)
+    return kvtile::status::invalid_argument;
+  if (const kvtile::status s = kvtile::check(p); s != kvtile::status::success) return s;
+  switch (p.head_dim) {
+    case 64: detail::call_iterations_shape<64>(m, f); break;
+    case 128: detail::call_iterations_shape<128>(m, f); break;
+    default: detail::call_iterations_shape<256>(m, f); break;
+  }
+  return kvtile::status::success;
+}
+
+// `--sinkhorn-iterations`: after each selected kvarn method that
+// iterations_supported() (its preset, 8 iterations, stays as the reference)
+// inserts one variant per count of `its` other than 8. False (with err) for a
+// count outside sinkhorn_iteration_choices or when no selected method can take
+// a count. An empty `its` changes nothing.
+inline bool add_iteration_variants(const std::vector<int>& its, std::vector<method_spec>& methods, std::string& err) {
+  if (its.empty()) return true;
+  std::vector<int> counts;
+  for (int it : its) {
+    const int* const end = std::end(sinkhorn_iteration_choices);
+    if (std::find(std::begin(sinkhorn_iteration_choices), end, it) == end) {
+      err = "--sinkhorn-iterations " + std::to_string(it) + " is not supported (0, 1, 2, 4, 8 or 16)";
+      return false;
+    }
+    if (it != 8 && std::find(counts.begin(), counts.end(), it) == counts.end()) counts.push_back(it);
+  }
+  std::vector<method_spec> out;
+  bool any = false;
+  for (const auto& m : methods) {
+    out.push_back(m);
+    if (!iterations_supported(m) || m.iterations != 8) continue;
+    any = true;
+    for (int it : counts) {
+      method_spec v = m;
+      v.iterations = it;
+      out.push_back(v);
+    }
+  }
+  if (!any) {
+    err = "--sinkhorn-iterations needs a selected kvarn method k2v2_g128, k4v2_g128 or k4v4_g128 with fp8 scales";
+    return false;
+  }
+  methods.swap(out);
+  return true;
+}
 
 // Every preset of presets.hpp in both packings, then the baselines at the
 // G=128 shapes: kivi and rotate_rtn (fp8 scales) and per-token RTN.

@@ -1,11 +1,11 @@
 // tools/kvtile-eval/sinkhorn_memo.hpp: one Sinkhorn run per tile for all
-// presets that share the tile size.
+// presets that share the tile size (and iteration count).
 //
 // A KVarN tile's Sinkhorn scales depend only on the tile, not on bits or
-// packing, so the presets that share a tile size (G) can share one Sinkhorn
-// run per tile. with_memo_t<Codec> is the preset's own tile_codec with its
+// packing, so the presets that share a tile size (G) and a Sinkhorn
+// iteration count can share one Sinkhorn run per tile. with_memo_t<Codec> is the preset's own tile_codec with its
 // normalizer wrapped in memo_normalizer, which returns the stored result of
-// the same tile (checked by a hash of the tile) from the slot that
+// the same tile (checked by a hash of the tile and the iteration count) from the slot that
 // `memo_slot` points to, or runs the preset's normalizer and stores it.
 // Records are byte-identical to the preset's (tests/host/eval_end_to_end.cpp).
 #pragma once
@@ -23,6 +23,7 @@ namespace kvtile_eval {
 
 struct sinkhorn_memo_slot {
   bool valid = false;
+  int iterations = -1;
   std::uint64_t hash = 0;
   float best = 0;
   std::vector<float> col, row;
@@ -53,7 +54,7 @@ struct memo_normalizer {
   static float run(const float* X, float* col_scale, float* row_scale, float* scratch) {
     sinkhorn_memo_slot* s = memo_slot;
     const std::uint64_t h = s ? hash_floats(X, static_cast<std::size_t>(R) * C) : 0;
-    if (s && s->valid && s->hash == h && s->col.size() == static_cast<std::size_t>(C) &&
+    if (s && s->valid && s->hash == h && s->iterations == iterations && s->col.size() == static_cast<std::size_t>(C) &&
         s->row.size() == static_cast<std::size_t>(R)) {
       std::copy(s->col.begin(), s->col.end(), col_scale);
       std::copy(s->row.begin(), s->row.end(), row_scale);
@@ -65,6 +66,7 @@ struct memo_normalizer {
       s->row.assign(row_scale, row_scale + R);
       s->best = best;
       s->hash = h;
+      s->iterations = iterations;
       s->valid = true;
     }
     return best;
@@ -83,9 +85,10 @@ struct with_memo<kvtile::tile_codec<Cfg, Rot, Norm, Rd, Pk>> {
 template <class Codec>
 using with_memo_t = typename with_memo<Codec>::type;
 
-// Per layer: one slot per (KV head, tile) for keys and for values, per G.
+// Per layer: one slot per (KV head, tile) for keys and for values, per G and
+// iteration count.
 struct sinkhorn_memo {
-  int tile_tokens = 0;
+  int tile_tokens = 0, iterations = 8;
   std::vector<sinkhorn_memo_slot> keys, values;
 };
 
