@@ -233,7 +233,7 @@ void bench_prefill(const char* name, bool decode_too) {
   cudaFree(ov);
 }
 
-template <class Codec>
+template <class Codec, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
 void bench_append(const char* name) {
   for (int batch : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     cache c;
@@ -247,7 +247,8 @@ void bench_append(const char* name) {
       std::vector<std::int32_t> l(batch);
       for (int s = 0; s < batch; ++s) l[s] = fill ? G * (1 + s % 4) : 1 + 37 * s % (G - 1);  // fill: pos % G == G-1
       c.set_lens(l);
-      const double us = median_us([&] { check(kvtile::device::launch_append<Codec, half_t>(c.v, k, v)); }, 41);
+      const double us =
+          median_us([&] { check(kvtile::device::launch_append<Codec, half_t, BLOCK_THREADS>(c.v, k, v)); }, 41);
       const double bytes = 2.0 * batch * H * D * 2;
       char nm[64];
       std::snprintf(nm, sizeof nm, "%s batch %d %s", name, batch, fill ? "all tiles fill" : "no tile fills");
@@ -336,7 +337,10 @@ int main(int argc, char** argv) {
   bench_prefill<k4v2_s2>("k4v2_g128 sinkhorn<2>", false);
   bench_prefill<k4v2_s0>("k4v2_g128 sinkhorn<0>", false);
   bench_prefill<presets::rotate_rtn<D>>("rotate_rtn (no normalization)", false);
-  if (!g_decode_only && !g_encode_only) bench_append<presets::k4v2_g128<D>>("k4v2_g128");
+  if (!g_decode_only && !g_encode_only) {
+    bench_append<presets::k4v2_g128<D>>("k4v2_g128");
+    bench_append<presets::k4v2_g128<D>, 256>("k4v2_g128 (256 threads/block)");
+  }
 
   // JSON + Markdown.
   const std::string base = out + "/" + stem;

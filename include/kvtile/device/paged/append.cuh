@@ -24,6 +24,16 @@
 
 #include "paged_common.cuh"
 
+// Threads per append block (the tile encode of a filling tile runs in it).
+// 512: block_tile_codec's register Sinkhorn and register scale / code stages
+// apply at D <= 128 (one block per SM, 123 registers). H200, k4v2_g128 D 128,
+// 8 heads, every tile filling (bench/results/2026-12-03-h200-gpu-codec-r2.md):
+// batch 1 111 us, 64 373 us, 128 722 us; at 256 threads (shared-memory
+// Sinkhorn) 343 / 767 / 1,521 us. Records are the same.
+#ifndef KVTILE_APPEND_BLOCK_THREADS
+#define KVTILE_APPEND_BLOCK_THREADS 512
+#endif
+
 KVTILE_NAMESPACE_BEGIN
 namespace device {
 
@@ -81,7 +91,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
   if (!ok(st) && flags && threadIdx.x == 0) atomicOr(flags + s, paged_flag_encode_failed);
 }
 
-template <class Codec, int BLOCK_THREADS = 256>
+template <class Codec, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
 constexpr std::size_t append_smem_bytes() {
   return sizeof(typename block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
 }
@@ -89,7 +99,7 @@ constexpr std::size_t append_smem_bytes() {
 // Checks the current device and sets the kernel up on it (detail/launch.cuh:
 // once per device, thread-safe, not a stream operation). launch_append calls
 // it; calling it first only moves the one-time setup out of the first launch.
-template <class Codec, class T, int BLOCK_THREADS = 256>
+template <class Codec, class T, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
 inline launch_result prepare_append() {
   return detail::prepare_kernel<append_kernel<Codec, BLOCK_THREADS, T>>(append_smem_bytes<Codec, BLOCK_THREADS>(),
                                                                        paged_min_cc);
@@ -97,7 +107,7 @@ inline launch_result prepare_append() {
 
 // Validates the view's structure (status before launch), then launches.
 // flags: optional [num_seqs] int32, OR-ed with paged_flag bits (not cleared).
-template <class Codec, class T, int BLOCK_THREADS = 256>
+template <class Codec, class T, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
 inline launch_result launch_append(const paged_cache_view& view, const T* k_new, const T* v_new,
                                    std::int32_t* flags = nullptr, cudaStream_t stream = nullptr) {
   static_assert(std::is_same_v<T, half_t> || std::is_same_v<T, bfloat16_t>, "append takes half_t or bfloat16_t tokens");
