@@ -28,8 +28,9 @@
 // 512: block_tile_codec's register Sinkhorn and register scale / code stages
 // apply at D <= 128 (one block per SM, 123 registers). H200, k4v2_g128 D 128,
 // 8 heads, every tile filling (bench/results/2026-12-03-h200-gpu-codec-r2.md):
-// batch 1 111 us, 64 373 us, 128 722 us; at 256 threads (shared-memory
-// Sinkhorn) 343 / 767 / 1,521 us. Records are the same.
+// batch 1 112 us, 64 372 us, 128 719 us; at 256 threads (shared-memory
+// Sinkhorn) 344 / 766 / 1,525 us; at 1024 (64 registers) 94 / 366 / 721 us.
+// Records are the same.
 #ifndef KVTILE_APPEND_BLOCK_THREADS
 #define KVTILE_APPEND_BLOCK_THREADS 512
 #endif
