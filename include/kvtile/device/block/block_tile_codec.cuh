@@ -712,24 +712,23 @@ class block_tile_codec {
     return u < Rounder::qmax ? u : Rounder::qmax;
   }
 
-  // Codes of N values of one row slot each (vals[n], with the row's step a,
-  // zero z, reciprocal inv), one lane per value: the fast path, and the exact
-  // path for the values it leaves (rare: near a tie, constant row, or no
-  // usable reciprocal), decided per warp.
+  // Codes of N values of one row (step a, zero z, reciprocal inv) held by
+  // this lane: the fast path, and the exact path for the values it leaves
+  // (rare: near a tie, constant row, or no usable reciprocal), decided per warp.
   template <class Rounder, int N>
-  KVTILE_DEVICE static void quantize_line(const float (&vals)[N], const float (&a)[N], const float (&inv)[N],
-                                          const float (&z)[N], std::uint32_t (&code)[N]) {
+  KVTILE_DEVICE static void quantize_line(const float (&vals)[N], float a, float inv, float z,
+                                          std::uint32_t (&code)[N]) {
     unsigned need = 0u;
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       bool e;
-      code[n] = quantize_rcp_fast<Rounder>(vals[n], inv[n], z[n], e);
+      code[n] = quantize_rcp_fast<Rounder>(vals[n], inv, z, e);
       need |= static_cast<unsigned>(e) << n;
     }
     if (__any_sync(full_warp_mask, need != 0u)) {
 #pragma unroll
       for (int n = 0; n < N; ++n)
-        if ((need >> n) & 1u) code[n] = Rounder::quantize(vals[n], a[n], z[n]);
+        if ((need >> n) & 1u) code[n] = Rounder::quantize(vals[n], a, z);
     }
   }
 
@@ -753,15 +752,8 @@ class block_tile_codec {
 #pragma unroll
       for (int a = 0; a < MR; ++a) {
         const int r = warp_id() + WARPS * (a ^ s);
-        float va[JC], ia[JC], za[JC];
         std::uint32_t code[JC];
-#pragma unroll
-        for (int j = 0; j < JC; ++j) {
-          va[j] = av[a];
-          ia[j] = iv[a];
-          za[j] = zv[a];
-        }
-        quantize_line<Rounder>(y[a], va, ia, za, code);
+        quantize_line<Rounder>(y[a], av[a], iv[a], zv[a], code);
 #pragma unroll
         for (int j = 0; j < JC; ++j) s_.codes[r * C + lane + 32 * j] = static_cast<std::uint8_t>(code[j]);
       }
@@ -769,16 +761,11 @@ class block_tile_codec {
       constexpr int J = C / 32;
       for (int r = warp_id(); r < R; r += WARPS) {
         const float a = s_.row_a[r], z = s_.row_z[r], inv = s_.row_inv[r];
-        float yv[J], av[J], iv[J], zv[J];
+        float yv[J];
         std::uint32_t code[J];
 #pragma unroll
-        for (int j = 0; j < J; ++j) {
-          yv[j] = X<Key>(r, lane + 32 * j);  // x holds Y (written by scales)
-          av[j] = a;
-          iv[j] = inv;
-          zv[j] = z;
-        }
-        quantize_line<Rounder>(yv, av, iv, zv, code);
+        for (int j = 0; j < J; ++j) yv[j] = X<Key>(r, lane + 32 * j);  // x holds Y (written by scales)
+        quantize_line<Rounder>(yv, a, inv, z, code);
 #pragma unroll
         for (int j = 0; j < J; ++j) s_.codes[r * C + lane + 32 * j] = static_cast<std::uint8_t>(code[j]);
       }
