@@ -2,6 +2,7 @@
 // (or on the embedded LLM-like generator) and writes a table, JSON, CSV and a
 // Pareto plot. docs/kvtile-eval.md is the manual.
 #include <iostream>
+#include <iterator>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -54,7 +55,8 @@ int main(int argc, char** argv) {
                  "k2v2_g128, k4v2_g128 or k4v4_g128 with fp8 scales at those counts (named e.g. 'k2v2_g128/fp8 "
                  "it2'; the preset itself runs 8)")
       ->delimiter(',')
-      ->check(CLI::IsMember({0, 1, 2, 4, 8, 16}));
+      ->check(CLI::IsMember(std::vector<int>(std::begin(kvtile_eval::sinkhorn_iteration_choices),
+                                             std::end(kvtile_eval::sinkhorn_iteration_choices))));
   ev->add_option("-j,--threads", o.threads, "worker threads (0: all cores)")
       ->capture_default_str()
       ->check(CLI::Range(0, max_threads));
