@@ -48,7 +48,7 @@ class RMSNorm(nn.Module):
 def causal_attention(q, k, v):
     """causal_attention(q, k, v), also for PyTorch < 2.5."""
     if hasattr(F, "scaled_dot_product_attention") and tuple(int(t) for t in torch.__version__.split(".")[:2]) >= (2, 5):
-        return causal_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     rep = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
     T = q.shape[2]
