@@ -6,13 +6,16 @@
 // such that X / Sc / Sr has balanced row and column standard deviations.
 // Only Sc reaches the record: per-row min-max RTN absorbs Sr exactly.
 //
-// The iterate is cur = X * rc * rr with per-column / per-row reciprocals
-// rc = 1 / e^Lc, rr = 1 / e^Lr (each an IEEE division, computed once per
-// update), i.e. cur[r][c] = mul(mul(X[r][c], rc[c]), rr[r]). This is method.md's
-// X / e^Lc / e^Lr up to rounding (four roundings instead of two: relative
-// difference below 2^-21) with 2 multiplications per element and iteration
-// instead of 4 divisions; the scales returned are still e^Lc, e^Lr (not
-// reciprocals).
+// The iterate is cur = X / e^Lc / e^Lr, which is never formed. With the
+// reciprocals rc = 1 / e^Lc, rr = 1 / e^Lr (each an IEEE division, computed
+// once per update), a row std of cur is rr[r] * std_c(X[r][c] * rc[c]) and a
+// column std is rc[c] * std_r(X[r][c] * rr[r]), and that is how they are
+// computed: per iteration one pass over W = X * rc (row stds, used before and
+// after the row update) and one over Z = X * rr (column stds, used by the
+// imbalance and the next column update), 2 multiplications and 2 two-pass
+// stds per element instead of 4 multiplications and 3 stds. The result is
+// method.md's up to rounding (a few ulp in each std); the scales returned are
+// still e^Lc, e^Lr (not reciprocals).
 //
 // Every float operation is a detail:: call in a fixed order (canonical
 // halving-tree sums, kvtile's own exp/log), so the device implementation in
@@ -60,61 +63,59 @@ struct sinkhorn {
   static constexpr const char* name = "sinkhorn";
 
   template <int R, int C>
-  static constexpr std::size_t scratch_floats = 2u * R * C + 3u * (R + C);
+  static constexpr std::size_t scratch_floats = 2u * R * C + 4u * (R + C);
 
   // X: row-major R x C. Writes the best column scale to col_scale[C] and row
   // scale to row_scale[R]; returns the best imbalance (2 = perfectly balanced).
   // Ties go to the later iterate. scratch holds scratch_floats<R, C> floats.
   template <int R, int C>
   static float run(const float* X, float* col_scale, float* row_scale, float* scratch) {
-    float* cur = scratch;
+    float* cur = scratch;  // W = X * rc or Z = X * rr
     float* tmp = cur + R * C;
     float* col_std = tmp + R * C;
     float* row_std = col_std + C;
     float* lc = row_std + R;
     float* lr = lc + C;
-    float* ec = lr + R;
+    float* rc = lr + R;
+    float* rr = rc + C;
+    float* ec = rr + R;
     float* er = ec + C;
-    // layout: cur[RC] tmp[RC] col_std[C] row_std[R] lc[C] lr[R] ec[C] er[R]
-    // (tmp's first C + R floats also hold the reciprocals rc[C], rr[R] between
-    // updates: tmp is only scratch inside the std passes, which run after the
-    // rescale that consumes them.)
+    // layout: cur[RC] tmp[RC] col_std[C] row_std[R] lc[C] lr[R] rc[C] rr[R] ec[C] er[R]
 
-    for (int i = 0; i < R * C; ++i) cur[i] = X[i];
-    for (int c = 0; c < C; ++c) { lc[c] = 0.0f; ec[c] = 1.0f; col_scale[c] = 1.0f; }
-    for (int r = 0; r < R; ++r) { lr[r] = 0.0f; er[r] = 1.0f; row_scale[r] = 1.0f; }
+    for (int c = 0; c < C; ++c) { lc[c] = 0.0f; ec[c] = 1.0f; rc[c] = 1.0f; col_scale[c] = 1.0f; }
+    for (int r = 0; r < R; ++r) { lr[r] = 0.0f; er[r] = 1.0f; rr[r] = 1.0f; row_scale[r] = 1.0f; }
 
-    auto row_stds = [&]() {
-      for (int r = 0; r < R; ++r) row_std[r] = detail::canonical_std(cur + r * C, C, tmp);
-    };
     auto imbalance = [&]() {
       float cmin, cmax, rmin, rmax;
       detail::min_max(col_std, C, cmin, cmax);
       detail::min_max(row_std, R, rmin, rmax);
       return detail::add(detail::imbalance_term(cmax, cmin), detail::imbalance_term(rmax, rmin));
     };
-    // cur = X * (1 / ec) * (1 / er): reciprocals once per rescale.
-    auto rescale = [&]() {
-      float* rc = tmp;
-      float* rr = tmp + C;
-      for (int c = 0; c < C; ++c) rc[c] = detail::div(1.0f, ec[c]);
-      for (int r = 0; r < R; ++r) rr[r] = detail::div(1.0f, er[r]);
-      for (int r = 0; r < R; ++r)
-        for (int c = 0; c < C; ++c) cur[r * C + c] = detail::mul(detail::mul(X[r * C + c], rc[c]), rr[r]);
-    };
 
-    detail::canonical_col_std(cur, R, C, col_std, tmp);
-    row_stds();
+    detail::canonical_col_std(X, R, C, col_std, tmp);
+    for (int r = 0; r < R; ++r) row_std[r] = detail::canonical_std(X + r * C, C, tmp);
     float best = imbalance();
 
     for (int it = 0; it < Iterations; ++it) {
-      for (int c = 0; c < C; ++c) ec[c] = detail::sinkhorn_update(lc[c], col_std[c]);
-      rescale();
-      row_stds();
-      for (int r = 0; r < R; ++r) er[r] = detail::sinkhorn_update(lr[r], row_std[r]);
-      rescale();
+      // Column update from the column stds of the previous iterate.
+      for (int c = 0; c < C; ++c) {
+        ec[c] = detail::sinkhorn_update(lc[c], col_std[c]);
+        rc[c] = detail::div(1.0f, ec[c]);
+      }
+      // Row stds of W = X * rc: before the row update the row std of cur is
+      // sw * rr (old rr), after it sw * rr (new rr).
+      for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) cur[c] = detail::mul(X[r * C + c], rc[c]);
+        const float sw = detail::canonical_std(cur, C, tmp);
+        er[r] = detail::sinkhorn_update(lr[r], detail::mul(sw, rr[r]));
+        rr[r] = detail::div(1.0f, er[r]);
+        row_std[r] = detail::mul(sw, rr[r]);
+      }
+      // Column stds of Z = X * rr, times rc: the column stds of cur.
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) cur[r * C + c] = detail::mul(X[r * C + c], rr[r]);
       detail::canonical_col_std(cur, R, C, col_std, tmp);
-      row_stds();
+      for (int c = 0; c < C; ++c) col_std[c] = detail::mul(col_std[c], rc[c]);
       const float m = imbalance();
       if (m <= best) {
         best = m;

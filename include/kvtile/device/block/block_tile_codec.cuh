@@ -304,12 +304,14 @@ class block_tile_codec {
   KVTILE_DEVICE float& Xref(int r, int c) {
     return Key ? s_.x[c * XS + r] : s_.x[r * XS + c];
   }
-  // The Sinkhorn iterate (sinkhorn.hpp): cur = X * rc[c] * rr[r], with the
-  // reciprocals rc = 1 / ecol, rr = 1 / erow computed once per update.
+  // The Sinkhorn (sinkhorn.hpp), with the reciprocals rc = 1 / ecol,
+  // rr = 1 / erow computed once per update: column c's std of the iterate is
+  // rc[c] * std_r(X[r][c] * rr[r]), row r's is rr[r] * std_c(X[r][c] * rc[c]).
 
-  // Column stds (over the R rows) and row stds (over the C columns) of cur.
-  // A lane's rows (columns) are the same for every line, so their reciprocals
-  // are loaded once per pass. Each std is a long dependent chain (two shuffle
+  // Cols: col_std[c] = rc[c] * std_r(X[r][c] * rr[r]) (the iterate's column
+  // stds); rows: row_std[r] = std_c(X[r][c] * rc[c]) (the caller multiplies by
+  // rr). A lane's rows (columns) are the same for every line, so their
+  // reciprocals are loaded once per pass. Each std is a long dependent chain (two shuffle
   // trees, a division, a square root), so a warp works on NB lines at once
   // (independent chains in one basic block: the scheduler interleaves them).
   static constexpr int NB = 4;
@@ -332,13 +334,10 @@ class block_tile_codec {
         const int line = warp_id() + WARPS * (i0 + k);
         // warp-uniform; compile-time true when the lines split evenly
         const bool valid = (N % WARPS == 0 && per_warp % K == 0) || ((i0 + k) < per_warp && line < N);
-        const float rw = valid ? (Cols ? s_.sk.slow.rcol[line] : s_.sk.slow.rrow[line]) : 0.0f;
 #pragma unroll
         for (int j = 0; j < J; ++j) {
           const float x = valid ? (Cols ? X<Key>(lane + 32 * j, line) : X<Key>(line, lane + 32 * j)) : 0.0f;
-          // host order: mul(mul(X, rc[c]), rr[r])
-          if constexpr (Cols) v[k][j] = detail::mul(detail::mul(x, rw), rl[j]);
-          else v[k][j] = detail::mul(detail::mul(x, rl[j]), rw);
+          v[k][j] = detail::mul(x, rl[j]);
         }
       }
 #pragma unroll
@@ -347,8 +346,10 @@ class block_tile_codec {
 #pragma unroll
         for (int k = 0; k < K; ++k) {
           const int line = warp_id() + WARPS * (i0 + k);
-          if ((N % WARPS == 0 && per_warp % K == 0) || ((i0 + k) < per_warp && line < N))
-            (Cols ? s_.sk.slow.col_std : s_.sk.slow.row_std)[line] = sd[k];
+          if ((N % WARPS == 0 && per_warp % K == 0) || ((i0 + k) < per_warp && line < N)) {
+            if constexpr (Cols) s_.sk.slow.col_std[line] = detail::mul(sd[k], s_.sk.slow.rcol[line]);
+            else s_.sk.slow.row_std[line] = sd[k];
+          }
         }
       }
     }
@@ -430,13 +431,14 @@ class block_tile_codec {
         row_stds<Key>();
         __syncthreads();
         for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) {
-          const float e = detail::sinkhorn_update(s_.sk.slow.lrow[r], s_.sk.slow.row_std[r]);
+          const float sw = s_.sk.slow.row_std[r];  // std of X * rc along row r
+          const float e = detail::sinkhorn_update(s_.sk.slow.lrow[r], detail::mul(sw, s_.sk.slow.rrow[r]));
           s_.sk.slow.erow[r] = e;
           s_.sk.slow.rrow[r] = detail::div(1.0f, e);
+          s_.sk.slow.row_std[r] = detail::mul(sw, s_.sk.slow.rrow[r]);
         }
         __syncthreads();
         col_stds<Key>();
-        row_stds<Key>();
         __syncthreads();
         if (warp_id() == 0) {
           const float m = imbalance_warp0<Key>();

@@ -41,9 +41,8 @@
 //    update are computed by the owners, the reciprocal 1/e^Lc is broadcast
 //    through shared memory.
 //  * imbalance: min/max of non-negative, non-NaN stds (never -0: sqrt of a
-//    sum of squares), so order-free; for the rows, taken on the sums of
-//    squares before the (monotone) division and square root, which then run
-//    twice instead of once per row; done on the float bits (for non-negative
+//    sum of squares, times a positive reciprocal), so order-free; done on
+//    the float bits (for non-negative
 //    floats, unsigned order == float order): per warp by cub::WarpReduce
 //    (redux.sync on sm_80+), across the warps' partials by __reduce_*_sync
 //    directly, where every lane needs the result (CUB's is lane 0's).
@@ -52,13 +51,10 @@
 // different row), which no CUB warp primitive does.
 //
 // Per iteration (sinkhorn.hpp): column update (done eagerly at the end of the
-// previous statistics pass, by the owners), rescale, row stds (warp-local),
-// row update, rescale, column + row stds (fused, 4 block barriers),
+// previous column pass, by the owners), W = X * rc, row stds of W
+// (warp-local), row update, Z = X * rr, column stds of Z (4 block barriers),
 // imbalance, best-so-far with ties to the later iterate. X is re-read from
-// shared memory at both rescales: sharing mul(X, rc) between them in
-// registers measured slower under the prefill's 64-register cap (H200, 64K
-// tokens x 8 heads x D 128, Sinkhorn 8: 2,128 against 2,012 us;
-// bench/results/2026-12-03-h200-session-checks.md).
+// shared memory for W and for Z.
 #pragma once
 
 #include "../../config.hpp"
@@ -201,9 +197,9 @@ struct register_sinkhorn {
   }
 
   // sinkhorn<Iterations>::run on the side's matrix M[r][c] = tile[r * rs + c * cs]
-  // (shared memory, read-only here). The iterate cur lives in registers; X is
-  // re-read from the tile at each rescale (keeping it in registers too would
-  // exceed 128 registers per thread at 32 elements). Writes the best column
+  // (shared memory, read-only here). W and Z live in registers; X is re-read
+  // from the tile for each (keeping it in registers too would exceed 128
+  // registers per thread at 32 elements). Writes the best column
   // scale to best_col[C] (one writer per column). No barrier at the end: the
   // caller synchronizes before reading best_col. Every thread of the block
   // must call it.
@@ -214,29 +210,46 @@ struct register_sinkhorn {
     const int c_own = COLW ? t : t / Q;                 // owned column
     const bool col_writer = COLW ? t < C : t % Q == 0;  // one writer per owned column
     // Column owner state (column c_own): log scale, e^Lc of the current
-    // iterate, of the next one, and of the best iterate so far.
-    float lc = 0.0f, ec = 1.0f, ec_next = 1.0f, best_ec = 1.0f;
-    // Row owner state (row slot row_slot() of this warp): log scale.
-    float lr = 0.0f;
-    // 1 / e^Lc of the lane's columns; 1 / e^Lr of the lane's own row slot
-    // (register a's value is broadcast from lane l ^ (a << (5 - S)) when used).
-    float rc[JC], rr_own = 1.0f;
+    // iterate, of the next one, of the best iterate so far, and 1 / e^Lc of
+    // the current and the next iterate.
+    float lc = 0.0f, ec = 1.0f, ec_next = 1.0f, best_ec = 1.0f, rc_cur = 1.0f, rc_next = 1.0f;
+    // Row owner state (row slot row_slot() of this warp): log scale and
+    // 1 / e^Lr (register a's value is broadcast from lane l ^ (a << (5 - S))).
+    float lr = 0.0f, rr_own = 1.0f;
+    // 1 / e^Lc of the lane's columns.
+    float rc[JC];
 #pragma unroll
     for (int j = 0; j < JC; ++j) rc[j] = 1.0f;
 
-    float cur[MR][JC];
-    load(tile, rs, cs, cur);  // host: cur = X
-    float best = stats(sm, cur, c_own, col_writer, lc, ec_next, rc, Iterations > 0);
+    float cur[MR][JC];  // X, then W = X * rc or Z = X * rr
+    load(tile, rs, cs, cur);
+    float rsd = row_std_own(cur);  // row std of X
+    float best = col_stats(sm, cur, c_own, col_writer, lc, ec_next, rc_cur, rc_next, rc, rsd, true);
 
 #pragma unroll 1
     for (int it = 0; it < Iterations; ++it) {
-      ec = ec_next;  // column update (computed by stats), rc[] already holds 1 / ec
-      // rescale, row stds, row update
-      rescale(tile, rs, cs, rc, rr_own, cur);
-      rr_own = detail::div(1.0f, detail::sinkhorn_update(lr, row_std_own(cur)));
-      // rescale, col stds, row stds, imbalance (and next column update)
-      rescale(tile, rs, cs, rc, rr_own, cur);
-      const float m = stats(sm, cur, c_own, col_writer, lc, ec_next, rc, it + 1 < Iterations);
+      ec = ec_next;  // column update (computed by col_stats); rc[] already holds 1 / ec
+      rc_cur = rc_next;
+      // W = X * rc: row stds, row update (host: sw * rr before and after it)
+      load(tile, rs, cs, cur);
+#pragma unroll
+      for (int a = 0; a < MR; ++a)
+#pragma unroll
+        for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(cur[a][j], rc[j]);
+      const float sw = row_std_own(cur);
+      rr_own = detail::div(1.0f, detail::sinkhorn_update(lr, detail::mul(sw, rr_own)));
+      rsd = detail::mul(sw, rr_own);
+      // Z = X * rr: column stds (times rc), imbalance, next column update
+      {
+        float rr[MR];
+        row_broadcast(rr_own, rr);
+        load(tile, rs, cs, cur);
+#pragma unroll
+        for (int a = 0; a < MR; ++a)
+#pragma unroll
+          for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(cur[a][j], rr[a]);
+      }
+      const float m = col_stats(sm, cur, c_own, col_writer, lc, ec_next, rc_cur, rc_next, rc, rsd, it + 1 < Iterations);
       if (m <= best) {  // ties go to the later iterate
         best = m;
         best_ec = ec;
@@ -296,20 +309,6 @@ struct register_sinkhorn {
 #pragma unroll
     for (int b = 16 >> S; b >= 1; b /= 2) s = detail::add(s, __shfl_xor_sync(full_warp_mask, s, b));
     return s;
-  }
-
-  // cur = mul(mul(X, rc[c]), rr[r]) (host order, sinkhorn.hpp rescale).
-  // rr_own: the lane's own row value (broadcast here, one shuffle per row slot).
-  KVTILE_DEVICE static void rescale(const float* tile, int rs, int cs, const float (&rc)[JC], float rr_own,
-                                    float (&cur)[MR][JC]) {
-    float rr[MR];
-    row_broadcast(rr_own, rr);
-    float x[MR][JC];
-    load(tile, rs, cs, x);
-#pragma unroll
-    for (int a = 0; a < MR; ++a)
-#pragma unroll
-      for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(detail::mul(x[a][j], rc[j]), rr[a]);
   }
 
   // Row partial sums of cur over this lane's JC columns (j bits: c's high bits).
@@ -372,11 +371,14 @@ struct register_sinkhorn {
     return s;
   }
 
-  // Column and row stds of cur and the imbalance (the host's canonical_col_std,
-  // row_stds, imbalance); the column owners also do the next column update
-  // (sinkhorn_update on lc) when `update`, leaving ec_next and rc[] = 1/ec_next.
-  KVTILE_DEVICE static float stats(storage& sm, const float (&cur)[MR][JC], int c_own, bool col_writer, float& lc,
-                                   float& ec_next, float (&rc)[JC], bool update) {
+  // Column stds of cur (= rc_cur * the column stds of z = X * rr: the host's
+  // canonical_col_std and mul) and the imbalance with the row stds of cur
+  // (rsd: the lane's own row). The column owners also do the next column
+  // update (sinkhorn_update on lc) when `update`, leaving ec_next, rc_next =
+  // 1 / ec_next and, in every thread, rc[] = 1 / ec_next of its columns.
+  KVTILE_DEVICE static float col_stats(storage& sm, const float (&z)[MR][JC], int c_own, bool col_writer, float& lc,
+                                       float& ec_next, float rc_cur, float& rc_next, float (&rc)[JC], float rsd,
+                                       bool update) {
     const int lane = lane_id(), warp = static_cast<int>(threadIdx.x >> 5);
     // Pass 1: sums.
     {
@@ -385,14 +387,11 @@ struct register_sinkhorn {
       for (int j = 0; j < JC; ++j) {
         float v[MR];
 #pragma unroll
-        for (int a = 0; a < MR; ++a) v[a] = cur[a][j];
+        for (int a = 0; a < MR; ++a) v[a] = z[a][j];
         cp[j] = tree(v);  // m bits (r's high bits)
       }
       col_publish(sm, cp);
     }
-    float rp[MR], rm[MR];
-    row_partials(cur, rp);
-    const float rmean = detail::div_by<C>(row_reduce(rp));
     __syncthreads();  // (1) partial sums published
     if (!COLW || warp < CW) {  // warp-uniform
       const float mean = detail::div_by<R>(col_gather(sm));
@@ -409,23 +408,18 @@ struct register_sinkhorn {
         float v[MR];
 #pragma unroll
         for (int a = 0; a < MR; ++a) {
-          const float d = detail::sub(cur[a][j], cm[j]);
+          const float d = detail::sub(z[a][j], cm[j]);
           v[a] = detail::mul(d, d);
         }
         cp[j] = tree(v);
       }
       col_publish(sm, cp);
     }
-    row_broadcast(rmean, rm);
-    row_dev_partials(cur, rm, rp);
     {
-      // Row stds only enter the imbalance, through their min and max, and
-      // std = sqrt(div(ss, C - 1)) is non-decreasing in the sum of squares
-      // ss (both operations correctly rounded), so min / max std =
-      // sqrt(div(min / max ss, C - 1)) exactly: the extremes are taken on ss.
-      const float rss = row_reduce(rp);
+      // Row stds (>= +0, never NaN) only enter the imbalance, through their
+      // min and max: order free, taken on the float bits.
       std::uint32_t lo, hi;
-      warp_min_max_bits_lane0(rss, rss, lo, hi);
+      warp_min_max_bits_lane0(rsd, rsd, lo, hi);
       if (lane == 0) {
         sm.mm[2][warp] = lo;
         sm.mm[3][warp] = hi;
@@ -433,7 +427,7 @@ struct register_sinkhorn {
     }
     __syncthreads();  // (3) squared-deviation partials and row min/max published
     if (!COLW || warp < CW) {  // warp-uniform
-      const float csd = detail::sqrt(detail::div_by<R - 1>(col_gather(sm)));
+      const float csd = detail::mul(detail::sqrt(detail::div_by<R - 1>(col_gather(sm))), rc_cur);
       std::uint32_t lo, hi;
       warp_min_max_bits_lane0(csd, csd, lo, hi);
       if (lane == 0) {
@@ -442,7 +436,8 @@ struct register_sinkhorn {
       }
       if (update) {  // block-uniform
         ec_next = detail::sinkhorn_update(lc, csd);
-        if (col_writer) sm.rc[c_own] = detail::div(1.0f, ec_next);
+        rc_next = detail::div(1.0f, ec_next);
+        if (col_writer) sm.rc[c_own] = rc_next;
       }
     }
     __syncthreads();  // (4) column min/max and rc published
@@ -453,15 +448,14 @@ struct register_sinkhorn {
     const int k = lane % WARPS, kc = lane % (COLW ? CW : WARPS);
     const float cmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[0][kc]));
     const float cmax = detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[1][kc]));
-    const float rmin = detail::sqrt(
-        detail::div_by<C - 1>(detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[2][k]))));
-    const float rmax = detail::sqrt(
-        detail::div_by<C - 1>(detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[3][k]))));
+    const float rmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[2][k]));
+    const float rmax = detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[3][k]));
     return detail::add(detail::imbalance_term(cmax, cmin), detail::imbalance_term(rmax, rmin));
-    // Reuse of the shared arrays by the next call: part is rewritten after (4)
-    // (read before (2) and before (4)); cmean after the next (1) (read before
-    // (3)); rc and mm[0..1] after the next (3), mm[2..3] after the next (2)
-    // (all read right after (4), before the next (1)).
+    // Reuse of the shared arrays by the next call: part is rewritten before
+    // the next (1) (read before (2) and before (4)) and after (2); cmean after
+    // the next (1) (read before (3)); mm[2..3] after the next (2), rc and
+    // mm[0..1] after the next (3) (all read right after (4), before the next
+    // (1)). row_std_own and load between two calls touch no shared array.
   }
 };
 
