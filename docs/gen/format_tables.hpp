@@ -101,7 +101,7 @@ std::string fp16_offsets() {
 // "13,328 B = 3.254 b (4.92x)" for one shape.
 template <int D, int G, int KB, int VB, class Packer>
 std::string size_cell() {
-  using codec = kvtile::tile_codec<kvtile::tile_config<D, G, KB, VB>, kvtile::hadamard, kvtile::sinkhorn<8>,
+  using codec = kvtile::tile_codec<kvtile::tile_config<D, G, KB, VB>, kvtile::hadamard, kvtile::sinkhorn<>,
                                    kvtile::rtn<>, Packer>;
   const std::uint64_t bytes = codec::record_bytes;
   const std::uint64_t elements = 2ull * D * G;  // K and V

@@ -18,10 +18,10 @@
 KVTILE_NAMESPACE_BEGIN
 namespace presets {
 
-// The KVarN method: Hadamard rotation, Sinkhorn (8 iterations; 0 to 16 are
-// supported), RTN with storage-aware rounding (rtn<>: the default row policy
+// The KVarN method: Hadamard rotation, Sinkhorn (4 iterations, the default of
+// sinkhorn<>; 0 to 16 are supported), RTN with storage-aware rounding (rtn<>: the default row policy
 // and clip ratios; rtn_cover: format 0.1's covering rule).
-template <int D, int G, int KBits, int VBits, class Packer = fp8_scales, class Rounding = rtn<>, int Iterations = 8>
+template <int D, int G, int KBits, int VBits, class Packer = fp8_scales, class Rounding = rtn<>, int Iterations = sinkhorn<>::iterations>
 using kvarn = tile_codec<tile_config<D, G, KBits, VBits>, hadamard, sinkhorn<Iterations>, Rounding, Packer>;
 
 template <int D, class Packer = fp8_scales> using k4v2_g128 = kvarn<D, 128, 4, 2, Packer>;

@@ -5,7 +5,7 @@
  *
  * Instantiated set (kvtile_ops_supported() answers at run time):
  *   presets    KVTILE_OPS_K4V2_G128, KVTILE_OPS_K4V4_G128, KVTILE_OPS_K2V2_G128
- *              (KVarN: Hadamard, Sinkhorn(8), RTN, FP8 E4M3 scales; the
+ *              (KVarN: Hadamard, Sinkhorn(4), RTN, FP8 E4M3 scales; the
  *              kvtile::presets aliases of the same names)
  *   head_dim   device functions: k4v2_g128 at 64, 128 and 256; k4v4_g128 and
  *              k2v2_g128 at 128 (each (preset, head_dim) is one translation

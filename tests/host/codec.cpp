@@ -17,7 +17,7 @@ using kvtile::status;
 namespace P = kvtile::presets;
 
 using randomized_k4v2 = kvtile::tile_codec<kvtile::tile_config<128, 128, 4, 2>, kvtile::randomized_hadamard<42>,
-                                           kvtile::sinkhorn<8>, kvtile::rtn<>, kvtile::fp8_scales>;
+                                           kvtile::sinkhorn<4>, kvtile::rtn<>, kvtile::fp8_scales>;
 // Format 0.1's covering rule.
 using cover_k4v2 = P::kvarn<128, 128, 4, 2, kvtile::fp8_scales, kvtile::rtn_cover>;
 using cover_k2v2_fp16 = P::kvarn<128, 128, 2, 2, fp16_scales, kvtile::rtn_cover>;
@@ -150,7 +150,7 @@ TEST_CASE_TEMPLATE("codec: half and bfloat16 elements", Codec, P::k4v2_g128<128>
 TEST_CASE("codec: static properties of the presets") {
   CHECK(std::is_same_v<P::default_codec<128>, P::k4v2_g128<128>>);
   CHECK(std::is_same_v<P::k4v2_g128<128>::rotation, kvtile::hadamard>);
-  CHECK(std::is_same_v<P::k4v2_g128<128>::normalizer, kvtile::sinkhorn<8>>);
+  CHECK(std::is_same_v<P::k4v2_g128<128>::normalizer, kvtile::sinkhorn<4>>);
   CHECK(std::is_same_v<P::k4v2_g128<128>::packer, kvtile::fp8_scales>);
   CHECK(std::is_same_v<P::kivi<128>::rotation, kvtile::identity>);
   CHECK(std::is_same_v<P::kivi<128>::normalizer, kvtile::no_normalization>);

@@ -283,7 +283,7 @@ TEST_CASE("eval sinkhorn iterations: variants, their codec and their own memo") 
   std::vector<method_spec> ms;
   std::string err;
   REQUIRE(select_methods("kvarn+k2v2_g128+fp8,kvarn+k4v2_g64+fp8,kivi+k2v2", ms, err));  // in all_methods() order
-  REQUIRE(add_iteration_variants({0, 8, 16, 0}, ms, err));
+  REQUIRE(add_iteration_variants({0, kvtile_eval::preset_iterations, 16, 0}, ms, err));
   std::vector<std::string> names;
   for (const auto& m : ms) names.push_back(m.name());
   CHECK(names == std::vector<std::string>{"k4v2_g64/fp8", "k2v2_g128/fp8", "k2v2_g128/fp8 it0",
@@ -307,7 +307,7 @@ TEST_CASE("eval sinkhorn iterations: variants, their codec and their own memo") 
   CHECK(dispatch_method(v, p, [](auto) {}) == kvtile::status::invalid_argument);
 
   // 0 iterations is rotation + RTN: equal to the rotate_rtn baseline, although
-  // the preset (8 iterations) ran first on the same tiles (the memo is per count)
+  // the preset (4 iterations) ran first on the same tiles (the memo is per count)
   app_options o;
   o.gen.tokens = 512;
   o.gen.kv_heads = 2;

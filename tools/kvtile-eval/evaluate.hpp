@@ -287,8 +287,8 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
         p.algo = spec.fam == family::kvarn ? kvtile::method::kvarn
                  : spec.fam == family::kivi ? kvtile::method::kivi
                                             : kvtile::method::rotate_rtn;
-        // The GPU codec runs the presets only (8 Sinkhorn iterations).
-        const bool on_device = use_device && spec.iterations == 8 && device_supports(p);
+        // The GPU codec runs the presets only (preset_iterations).
+        const bool on_device = use_device && spec.iterations == preset_iterations && device_supports(p);
         const bool on_host = !on_device || opt.compare_devices;
         std::vector<unsigned char> host_rec, dev_rec;
         const bool cmp = on_device && opt.compare_devices;

@@ -31,11 +31,14 @@ inline const char* to_string(family f) {
   return "?";
 }
 
+// Sinkhorn iterations of the kvarn presets (sinkhorn<>'s default).
+inline constexpr int preset_iterations = kvtile::sinkhorn<>::iterations;
+
 struct method_spec {
   family fam = family::kvarn;
   int tile_tokens = 128, key_bits = 4, value_bits = 2;
   kvtile::packing pack = kvtile::packing::fp8_scales;
-  int iterations = 8;  // Sinkhorn iterations (kvarn only; 8: the preset)
+  int iterations = preset_iterations;  // Sinkhorn iterations (kvarn only)
 
   std::string config() const {
     return "k" + std::to_string(key_bits) + "v" + std::to_string(value_bits) + "_g" + std::to_string(tile_tokens);
@@ -49,7 +52,7 @@ struct method_spec {
     if (fam == family::token_rtn)
       return std::string("token_rtn k") + std::to_string(key_bits) + "v" + std::to_string(value_bits);
     std::string n = config() + "/" + packing_name();
-    if (fam == family::kvarn && iterations != 8) n += " it" + std::to_string(iterations);
+    if (fam == family::kvarn && iterations != preset_iterations) n += " it" + std::to_string(iterations);
     return fam == family::kvarn ? n : std::string(to_string(fam)) + " " + n;
   }
 };
@@ -86,11 +89,11 @@ void call_iterations_shape(const method_spec& m, F& f) {
 }  // namespace detail
 
 // kvtile::dispatch(p, f) for method m: its preset, or for an iteration
-// variant (m.iterations != 8) presets::kvarn at that count (the same codec
+// variant (m.iterations != preset_iterations) presets::kvarn at that count (the same codec
 // but for the normalizer). p must describe m (evaluate() builds it from m).
 template <class F>
 kvtile::status dispatch_method(const method_spec& m, const kvtile::codec_params& p, F&& f) {
-  if (m.fam != family::kvarn || m.iterations == 8) return kvtile::dispatch(p, f);
+  if (m.fam != family::kvarn || m.iterations == preset_iterations) return kvtile::dispatch(p, f);
   const int* const end = std::end(sinkhorn_iteration_choices);
   if (!iterations_supported(m) || std::find(std::begin(sinkhorn_iteration_choices), end, m.iterations) == end)
     return kvtile::status::invalid_argument;
@@ -104,8 +107,8 @@ kvtile::status dispatch_method(const method_spec& m, const kvtile::codec_params&
 }
 
 // `--sinkhorn-iterations`: after each selected kvarn method that
-// iterations_supported() (its preset, 8 iterations, stays as the reference)
-// inserts one variant per count of `its` other than 8. False (with err) for a
+// iterations_supported() (its preset, preset_iterations, stays as the
+// reference) inserts one variant per count of `its` other than that. False (with err) for a
 // count outside sinkhorn_iteration_choices or when no selected method can take
 // a count. An empty `its` changes nothing.
 inline bool add_iteration_variants(const std::vector<int>& its, std::vector<method_spec>& methods, std::string& err) {
@@ -117,13 +120,13 @@ inline bool add_iteration_variants(const std::vector<int>& its, std::vector<meth
       err = "--sinkhorn-iterations " + std::to_string(it) + " is not supported (0, 1, 2, 4, 8 or 16)";
       return false;
     }
-    if (it != 8 && std::find(counts.begin(), counts.end(), it) == counts.end()) counts.push_back(it);
+    if (it != preset_iterations && std::find(counts.begin(), counts.end(), it) == counts.end()) counts.push_back(it);
   }
   std::vector<method_spec> out;
   bool any = false;
   for (const auto& m : methods) {
     out.push_back(m);
-    if (!iterations_supported(m) || m.iterations != 8) continue;
+    if (!iterations_supported(m) || m.iterations != preset_iterations) continue;
     any = true;
     for (int it : counts) {
       method_spec v = m;

@@ -95,7 +95,7 @@ inline plot_status write_plot(const eval_result& r, const ranking& k, const std:
       for (std::size_t i : g.idx) {
         const auto& m = r.methods[i];
         std::string label = m.spec.fam == family::kvarn ? m.spec.config() : m.spec.name();
-        if (m.spec.fam == family::kvarn && m.spec.iterations != 8) label += " it" + std::to_string(m.spec.iterations);
+        if (m.spec.fam == family::kvarn && m.spec.iterations != preset_iterations) label += " it" + std::to_string(m.spec.iterations);
         if (m.spec.fam != family::kvarn) label = label.substr(0, label.find('/'));
         f << detail::fmt("%.6g", m.bits) << " " << detail::fmt("%.6g", std::max(m.all.attn.rel_err_mean, 1e-12))
           << " " << detail::fmt("%.6g", std::max(m.all.attn.kl_mean, 1e-16)) << " \"" << label << "\"\n";

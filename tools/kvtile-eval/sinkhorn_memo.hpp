@@ -88,7 +88,7 @@ using with_memo_t = typename with_memo<Codec>::type;
 // Per layer: one slot per (KV head, tile) for keys and for values, per G and
 // iteration count.
 struct sinkhorn_memo {
-  int tile_tokens = 0, iterations = 8;
+  int tile_tokens = 0, iterations = kvtile::sinkhorn<>::iterations;
   std::vector<sinkhorn_memo_slot> keys, values;
 };
 

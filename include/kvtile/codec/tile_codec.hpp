@@ -49,7 +49,7 @@ KVTILE_NAMESPACE_BEGIN
 // vectors in the rotated frame (what attention with a rotated query uses).
 enum class frame { original, rotated };
 
-template <class Config, class Rotation = hadamard, class Normalizer = sinkhorn<8>, class Rounding = rtn<>,
+template <class Config, class Rotation = hadamard, class Normalizer = sinkhorn<>, class Rounding = rtn<>,
           class Packer = fp8_scales>
 class tile_codec {
  public:
