@@ -53,6 +53,13 @@ KVTILE_HOST_DEVICE float sinkhorn_update(float& log_scale, float std_dev) {
   log_scale = clamp(add(log_scale, detail::log(s)), k::log_min, k::log_max);
   return detail::exp(log_scale);
 }
+// The same update, also leaving recip = 1 / e^L (the iterate's reciprocal
+// scale: one IEEE division per update, never per element).
+KVTILE_HOST_DEVICE float sinkhorn_update(float& log_scale, float std_dev, float& recip) {
+  const float e = sinkhorn_update(log_scale, std_dev);
+  recip = div(1.0f, e);
+  return e;
+}
 }  // namespace detail
 
 // Default 4 iterations (method.md's reference used 16, "converges by ~4"):
@@ -103,17 +110,13 @@ struct sinkhorn {
 
     for (int it = 0; it < Iterations; ++it) {
       // Column update from the column stds of the previous iterate.
-      for (int c = 0; c < C; ++c) {
-        ec[c] = detail::sinkhorn_update(lc[c], col_std[c]);
-        rc[c] = detail::div(1.0f, ec[c]);
-      }
+      for (int c = 0; c < C; ++c) ec[c] = detail::sinkhorn_update(lc[c], col_std[c], rc[c]);
       // Row stds of W = X * rc: before the row update the row std of cur is
       // sw * rr (old rr), after it sw * rr (new rr).
       for (int r = 0; r < R; ++r) {
         for (int c = 0; c < C; ++c) cur[c] = detail::mul(X[r * C + c], rc[c]);
         const float sw = detail::canonical_std(cur, C, tmp);
-        er[r] = detail::sinkhorn_update(lr[r], detail::mul(sw, rr[r]));
-        rr[r] = detail::div(1.0f, er[r]);
+        er[r] = detail::sinkhorn_update(lr[r], detail::mul(sw, rr[r]), rr[r]);
         row_std[r] = detail::mul(sw, rr[r]);
       }
       // Column stds of Z = X * rr, times rc: the column stds of cur.

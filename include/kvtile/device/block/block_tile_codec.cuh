@@ -423,18 +423,15 @@ class block_tile_codec {
       }
       for (int it = 0; it < iterations; ++it) {
         for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) {
-          const float e = detail::sinkhorn_update(s_.sk.slow.lcol[c], s_.sk.slow.col_std[c]);
-          s_.sk.slow.ecol[c] = e;
-          s_.sk.slow.rcol[c] = detail::div(1.0f, e);
+          s_.sk.slow.ecol[c] = detail::sinkhorn_update(s_.sk.slow.lcol[c], s_.sk.slow.col_std[c], s_.sk.slow.rcol[c]);
         }
         __syncthreads();
         row_stds<Key>();
         __syncthreads();
         for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) {
           const float sw = s_.sk.slow.row_std[r];  // std of X * rc along row r
-          const float e = detail::sinkhorn_update(s_.sk.slow.lrow[r], detail::mul(sw, s_.sk.slow.rrow[r]));
-          s_.sk.slow.erow[r] = e;
-          s_.sk.slow.rrow[r] = detail::div(1.0f, e);
+          s_.sk.slow.erow[r] =
+              detail::sinkhorn_update(s_.sk.slow.lrow[r], detail::mul(sw, s_.sk.slow.rrow[r]), s_.sk.slow.rrow[r]);
           s_.sk.slow.row_std[r] = detail::mul(sw, s_.sk.slow.rrow[r]);
         }
         __syncthreads();

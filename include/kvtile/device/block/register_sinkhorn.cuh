@@ -237,7 +237,7 @@ struct register_sinkhorn {
 #pragma unroll
         for (int j = 0; j < JC; ++j) cur[a][j] = detail::mul(cur[a][j], rc[j]);
       const float sw = row_std_own(cur);
-      rr_own = detail::div(1.0f, detail::sinkhorn_update(lr, detail::mul(sw, rr_own)));
+      detail::sinkhorn_update(lr, detail::mul(sw, rr_own), rr_own);
       rsd = detail::mul(sw, rr_own);
       // Z = X * rr: column stds (times rc), imbalance, next column update
       {
@@ -435,8 +435,7 @@ struct register_sinkhorn {
         sm.mm[1][warp] = hi;
       }
       if (update) {  // block-uniform
-        ec_next = detail::sinkhorn_update(lc, csd);
-        rc_next = detail::div(1.0f, ec_next);
+        ec_next = detail::sinkhorn_update(lc, csd, rc_next);
         if (col_writer) sm.rc[c_own] = rc_next;
       }
     }
