@@ -154,7 +154,10 @@ void gen_tokens(std::mt19937_64& rng, std::vector<T>& out, bool nonfinite) {
     const float f = nd(rng) * (rng() % 16 == 0 ? 40.0f : 1.0f) * g_token_scale;
     x = T(std::min(std::max(f, -65504.0f), 65504.0f));
   }
-  if (nonfinite) out[rng() % out.size()] = T(NAN);
+  if (nonfinite) {  // a NaN and, in every other call, an Inf of either sign
+    out[rng() % out.size()] = T(NAN);
+    if (rng() % 2 == 0) out[rng() % out.size()] = T(rng() % 2 ? INFINITY : -INFINITY);
+  }
 }
 
 // One decode step of a replayed CUDA graph: copies step *counter's tokens and

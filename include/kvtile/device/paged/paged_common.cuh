@@ -36,13 +36,13 @@ namespace device {
 
 #if defined(__CUDACC__)
 // One warp, one token: x[j] = element lane + 32 j (any input type) -> rotated
-// fp16 in h[j]; returns this LANE's paged_flag bits. The FWHT's lane stages
-// use the signed_fma_local form (same bits). An fp16 token's rotation is
-// finite (|sum| <= 256 * 65504), so the NaN check is compiled for bf16 tokens
-// only; on NaN-free values fminf / fmaxf equal the saturating clamp of
-// element_from_float<half_t>.
+// fp16 in h[j]; returns this LANE's paged_flag bits. The reference path: the
+// FWHT's lane stages use the signed_fma_local form (same bits). An fp16
+// token's rotation is finite (|sum| <= 256 * 65504), so the NaN check is
+// compiled for bf16 tokens only; on NaN-free values fminf / fmaxf equal the
+// saturating clamp of element_from_float<half_t>.
 template <class Rotation, int J, class T>
-KVTILE_DEVICE unsigned rotate_to_half_lane(const T (&x)[J], half_t (&h)[J]) {
+KVTILE_DEVICE unsigned rotate_to_half_lane_exact(const T (&x)[J], half_t (&h)[J]) {
   float v[J];
   unsigned f = 0;
 #pragma unroll
@@ -72,6 +72,40 @@ KVTILE_DEVICE unsigned rotate_to_half_lane(const T (&x)[J], half_t (&h)[J]) {
   return f;
 }
 
+// The same result (h and flags), faster where nothing needs replacing: the
+// token is rotated as loaded, and if every rotated value of the warp is
+// finite and within +-65504, that IS the reference result (replacing
+// non-finite inputs and clamping would have changed nothing, and the flags
+// are 0), rounded to fp16 two at a time (cvt.rn.f16x2.f32, the same rounding
+// as half_t(float)). The test is exact because the device rotation is the
+// identity (a NaN or Inf input stays in place) or an FWHT times signs and
+// 1/sqrt(D) (every rotated value is a +-1 combination of ALL inputs, so a NaN
+// or Inf input makes every rotated value NaN or +-Inf): the comparison below
+// fails for those. Otherwise
+// (rare: non-finite input, saturation) the warp takes the reference path.
+template <class Rotation, int J, class T>
+KVTILE_DEVICE unsigned rotate_to_half_lane(const T (&x)[J], half_t (&h)[J]) {
+  static_assert(J % 2 == 0, "rotate_to_half_lane: D = 32 J with J even");
+  float v[J];
+#pragma unroll
+  for (int j = 0; j < J; ++j) v[j] = detail::element_to_float(x[j]);
+  warp_rotate_forward<Rotation, fwht_lane_op::signed_fma_local>(v);
+  bool in_range = true;
+#pragma unroll
+  for (int j = 0; j < J; ++j) in_range &= fabsf(v[j]) <= half_t::max_finite;  // false for NaN
+  if (__all_sync(full_warp_mask, in_range)) {  // warp-uniform
+#pragma unroll
+    for (int j = 0; j < J; j += 2) {
+      std::uint32_t d;
+      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(v[j + 1]), "f"(v[j]));  // v[j] in the low half
+      h[j] = half_t::from_bits(static_cast<std::uint16_t>(d & 0xffffu));
+      h[j + 1] = half_t::from_bits(static_cast<std::uint16_t>(d >> 16));
+    }
+    return 0u;
+  }
+  return rotate_to_half_lane_exact<Rotation>(x, h);
+}
+
 // One warp: token src[0..D) -> rotated fp16 in h[j] = element lane + 32 j;
 // returns the warp's paged_flag bits (in every lane).
 template <class Rotation, int J, class T>
@@ -90,6 +124,8 @@ KVTILE_DEVICE unsigned rotate_to_half(const T* src, half_t (&h)[J]) {
 // the first finish, so their global loads overlap). The paged_flag bits of
 // the rotated tokens collect per lane in `seen`; flush() reports them
 // (block_tile_codec::load calls it after its loads; other callers likewise).
+// Input positions are below in_start + 2^31 and in_stride < 2^31 (the
+// launchers' bounds), so a row address is one 32 x 32 -> 64-bit multiply.
 template <class Rotation, class T>
 struct paged_tile_loader {
   const half_t* tail;   // [G][D] of this (seq, head)
@@ -108,11 +144,12 @@ struct paged_tile_loader {
     const std::int64_t p = tile_pos + g;
     const int lane = lane_id();
     if (p < in_start) {
-      const half_t* row = tail + static_cast<std::int64_t>(p % G) * D;
+      const half_t* row = tail + static_cast<int>(p % G) * (32 * J);
 #pragma unroll
       for (int j = 0; j < J; ++j) r[j] = row[lane + 32 * j].bits();
     } else {
-      const T* row = input + (p - in_start) * in_stride;
+      const T* row = input + static_cast<std::int64_t>(static_cast<std::int32_t>(p - in_start)) *
+                                 static_cast<std::int32_t>(in_stride);
 #pragma unroll
       for (int j = 0; j < J; ++j) r[j] = row[lane + 32 * j].bits();
     }
