@@ -63,33 +63,6 @@ namespace detail {
 
 // ------------------------------------------------------------------ fp16 out
 
-// element_from_float<half_t>(lo) | element_from_float<half_t>(hi) << 16, in
-// one instruction (F2FP.SATFINITE.F16.F32.PACK_AB). cvt.rn rounds each element
-// to nearest even as __float2half_rn does; .satfinite then maps a result
-// beyond the finite range (Inf) to +-65504 (MAX_NORM) with its sign, and
-// keeps NaN a NaN (the canonical 0x7fff). Saturating after the rounding gives
-// the same bits as element_from_float's clamp before it: every float in
-// (65504, 65520) rounds to 65504 anyway, larger ones (and Inf) overflow and
-// saturate to 65504. (NaN cannot come out of a record written by encode.)
-// PTX before 8.1 (CUDA 12.0) has no .satfinite here: cvt.rn, then the clamp
-// in half precision (max/min.NaN keep NaN), same bits, 2 more instructions.
-KVTILE_DEVICE std::uint32_t half2_bits(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  std::uint32_t h;
-#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 1)
-  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));  // first operand -> upper half
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));
-  asm("max.NaN.f16x2 %0, %0, %1;" : "+r"(h) : "r"(0xfbfffbffu));  // -65504
-  asm("min.NaN.f16x2 %0, %0, %1;" : "+r"(h) : "r"(0x7bff7bffu));  // +65504
-#endif
-  return h;
-#else
-  return static_cast<std::uint32_t>(detail::element_from_float<half_t>(lo).bits()) |
-         (static_cast<std::uint32_t>(detail::element_from_float<half_t>(hi).bits()) << 16);
-#endif
-}
-
 // 8 consecutive channels of one token -> one 16-byte store (dst 16-byte
 // aligned). Written as PTX: through a uint4 lvalue the front end may split
 // the store into four 4-byte ones.

@@ -35,6 +35,35 @@ KVTILE_NAMESPACE_BEGIN
 namespace device {
 
 #if defined(__CUDACC__)
+namespace detail {
+// element_from_float<half_t>(lo) | element_from_float<half_t>(hi) << 16, in
+// one instruction (F2FP.SATFINITE.F16.F32.PACK_AB). cvt.rn rounds each element
+// to nearest even as __float2half_rn does; .satfinite then maps a result
+// beyond the finite range (Inf) to +-65504 (MAX_NORM) with its sign, and
+// keeps NaN a NaN (the canonical 0x7fff). Saturating after the rounding gives
+// the same bits as element_from_float's clamp before it: every float in
+// (65504, 65520) rounds to 65504 anyway, larger ones (and Inf) overflow and
+// saturate to 65504. (Callers pass no NaN: decoded records, checked tokens.)
+// PTX before 8.1 (CUDA 12.0) has no .satfinite here: cvt.rn, then the clamp
+// in half precision (max/min.NaN keep NaN), same bits, 2 more instructions.
+KVTILE_DEVICE std::uint32_t half2_bits(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  std::uint32_t h;
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 1)
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));  // first operand -> upper half
+#else
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(hi), "f"(lo));
+  asm("max.NaN.f16x2 %0, %0, %1;" : "+r"(h) : "r"(0xfbfffbffu));  // -65504
+  asm("min.NaN.f16x2 %0, %0, %1;" : "+r"(h) : "r"(0x7bff7bffu));  // +65504
+#endif
+  return h;
+#else
+  return static_cast<std::uint32_t>(detail::element_from_float<half_t>(lo).bits()) |
+         (static_cast<std::uint32_t>(detail::element_from_float<half_t>(hi).bits()) << 16);
+#endif
+}
+}  // namespace detail
+
 // One warp, one token: x[j] = element lane + 32 j (any input type) -> rotated
 // fp16 in h[j]; returns this LANE's paged_flag bits. The reference path: the
 // FWHT's lane stages use the signed_fma_local form (same bits). An fp16
@@ -76,13 +105,12 @@ KVTILE_DEVICE unsigned rotate_to_half_lane_exact(const T (&x)[J], half_t (&h)[J]
 // token is rotated as loaded, and if every rotated value of the warp is
 // finite and within +-65504, that IS the reference result (replacing
 // non-finite inputs and clamping would have changed nothing, and the flags
-// are 0), rounded to fp16 two at a time (cvt.rn.f16x2.f32, the same rounding
-// as half_t(float)). The test is exact because the device rotation is the
-// identity (a NaN or Inf input stays in place) or an FWHT times signs and
-// 1/sqrt(D) (every rotated value is a +-1 combination of ALL inputs, so a NaN
-// or Inf input makes every rotated value NaN or +-Inf): the comparison below
-// fails for those. Otherwise
-// (rare: non-finite input, saturation) the warp takes the reference path.
+// are 0), rounded to fp16 two at a time (detail::half2_bits). The test is
+// exact because the device rotation is the identity (a NaN or Inf input stays
+// in place) or an FWHT times signs and 1/sqrt(D) (every rotated value is a
+// +-1 combination of ALL inputs, so a NaN or Inf input makes every rotated
+// value NaN or +-Inf): the comparison below fails for those. Otherwise (rare:
+// non-finite input, saturation) the warp takes the reference path.
 template <class Rotation, int J, class T>
 KVTILE_DEVICE unsigned rotate_to_half_lane(const T (&x)[J], half_t (&h)[J]) {
   static_assert(J % 2 == 0, "rotate_to_half_lane: D = 32 J with J even");
@@ -96,8 +124,7 @@ KVTILE_DEVICE unsigned rotate_to_half_lane(const T (&x)[J], half_t (&h)[J]) {
   if (__all_sync(full_warp_mask, in_range)) {  // warp-uniform
 #pragma unroll
     for (int j = 0; j < J; j += 2) {
-      std::uint32_t d;
-      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(v[j + 1]), "f"(v[j]));  // v[j] in the low half
+      const std::uint32_t d = detail::half2_bits(v[j], v[j + 1]);
       h[j] = half_t::from_bits(static_cast<std::uint16_t>(d & 0xffffu));
       h[j + 1] = half_t::from_bits(static_cast<std::uint16_t>(d >> 16));
     }
