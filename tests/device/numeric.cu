@@ -16,6 +16,9 @@
 //  their passing on the device is what makes the hardware path bit-identical.
 //  E4M3 directed rounding (no CUDA counterpart) is checked on both sides against
 //  a table search over the 127 non-negative E4M3 values.
+//  quotient (device): detail::div_half_by (division of a half value by a
+//  reciprocal and one correction step) against detail::div, every pair of
+//  half and float significands plus every finite half at the range ends.
 //
 // Exit: 0 all passed, 1 a failure, 77 (printing "SKIPPED: no CUDA device") when
 // there is no usable device. --host-only runs the host half without a device.
@@ -39,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include <kvtile/detail/bits.hpp>
 #include <kvtile/numeric/numeric.hpp>
 
 namespace {
@@ -399,6 +403,97 @@ void device_decode() {
   check(bad_host == 0, "device decode == host decode, every half, bfloat16 and E4M3 code");
 }
 
+// ---------------------------------------------------------------------------
+// detail::div_half_by (the block codec's Y = X / s^ for fp16-valued tiles)
+// against detail::div (IEEE division): every significand of a half (a in
+// [1, 2), 10 fraction bits) with every significand of a float (b in [1, 2),
+// 23 fraction bits), inv = div(1, b). Where no intermediate leaves the normal
+// range the three operations scale exactly with the exponents, so this covers
+// every half a (normal or subnormal) and every b in the documented range;
+// signed zeros, negative a and random exponents at the range ends are checked
+// separately.
+
+struct QuotientTally {
+  unsigned long long mismatches;
+  unsigned long long first;  // b index << 10 | a index of the first mismatch seen
+};
+
+__global__ void quotient_kernel(QuotientTally* t) {
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  unsigned long long bad = 0, first = ~0ull;
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (1u << 23); i += stride) {
+    const float b = __uint_as_float(0x3f800000u | i);
+    const float inv = kvtile::detail::div(1.0f, b);
+    for (std::uint32_t k = 0; k < 1024u; ++k) {
+      const float a = __uint_as_float(0x3f800000u | (k << 13));
+      if (__float_as_uint(kvtile::detail::div_half_by(a, b, inv)) != __float_as_uint(kvtile::detail::div(a, b))) {
+        if (bad++ == 0) first = (static_cast<unsigned long long>(i) << 10) | k;
+      }
+    }
+  }
+  if (bad) {
+    atomicAdd(&t->mismatches, bad);
+    atomicMin(&t->first, first);
+  }
+}
+
+// Spot pairs: every half bit pattern that is finite (signed zeros, subnormals,
+// negative values) against b = 2^e * (1 + m 2^-23) for e in {-80, -79, -1, 0,
+// 1, 79, 80} and a few m (the range ends included).
+__global__ void quotient_spot_kernel(QuotientTally* t) {
+  const std::uint32_t h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= 65536u || (h & 0x7c00u) == 0x7c00u) return;  // Inf / NaN halves are not inputs
+  const float a = kvtile::half_t::from_bits(static_cast<std::uint16_t>(h)).to_float();
+  const int exps[] = {-80, -79, -1, 0, 1, 79};
+  const std::uint32_t mants[] = {0u, 1u, 0x2aaaabu, 0x400000u, 0x555555u, 0x7fffffu};
+  unsigned long long bad = 0;
+  for (int e : exps)
+    for (std::uint32_t m : mants) {
+      const float b = ldexpf(__uint_as_float(0x3f800000u | m), e);
+      const float inv = kvtile::detail::div(1.0f, b);
+      if (!kvtile::detail::div_half_by_ok(b) ||
+          __float_as_uint(kvtile::detail::div_half_by(a, b, inv)) != __float_as_uint(kvtile::detail::div(a, b)))
+        ++bad;
+    }
+  const float b = 0x1p80f;  // the upper end itself
+  if (!kvtile::detail::div_half_by_ok(b) ||
+      __float_as_uint(kvtile::detail::div_half_by(a, b, kvtile::detail::div(1.0f, b))) !=
+          __float_as_uint(kvtile::detail::div(a, b)))
+    ++bad;
+  if (bad) atomicAdd(&t->mismatches, bad);
+}
+
+void device_quotient() {
+  QuotientTally init{0, ~0ull}, got{}, spot{};
+  QuotientTally* d = nullptr;
+  CUDA_OK(cudaMalloc(&d, 2 * sizeof(QuotientTally)));
+  CUDA_OK(cudaMemcpy(d, &init, sizeof init, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d + 1, &init, sizeof init, cudaMemcpyHostToDevice));
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  CUDA_OK(cudaEventRecord(e0));
+  quotient_kernel<<<sms * 16, 256>>>(d);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaEventRecord(e1));
+  quotient_spot_kernel<<<256, 256>>>(d + 1);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+  CUDA_OK(cudaMemcpy(&got, d, sizeof got, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&spot, d + 1, sizeof spot, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaFree(d));
+  std::printf("device quotient: 2^10 x 2^23 significand pairs in %.1f ms, %llu mismatches", ms, got.mismatches);
+  if (got.mismatches)
+    std::printf(" (first: b = 1 + %llu * 2^-23, a = 1 + %llu * 2^-10)", got.first >> 10, got.first & 1023u);
+  std::printf("; spot pairs: %llu mismatches\n", spot.mismatches);
+  check(got.mismatches == 0, "device: div_half_by == div, every half x float significand pair");
+  check(spot.mismatches == 0, "device: div_half_by == div, every finite half x b at the range ends");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -431,6 +526,7 @@ int main(int argc, char** argv) {
   if (!host_only) {
     device_decode();
     device_sweep();
+    device_quotient();
   }
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -101,6 +101,24 @@ KVTILE_HOST_DEVICE float div(float a, float b) {
 #endif
 }
 
+
+// div(a, b) by the reciprocal inv = div(1, b) and one correction step
+// (Markstein): q = RN(a inv), r = b q - a (exact: fma), RN(q - r inv).
+// Equal to div(a, b) bit for bit, signed zeros included, for every
+// half-precision value a (0 or 2^-24 <= |a| <= 65504) and 2^-80 <= b <= 2^80:
+// there every intermediate is normal (no underflow or overflow), so the
+// result scales exactly with the exponents of a and b, and
+// tests/device/numeric.cu checks every pair of significands (each of the 1024
+// of a half with each of the 2^23 of a float, a and b in [1, 2)) against
+// div. (r is bq - a, not a - bq, so a = -0 gives -0.) Three operations
+// instead of a division; callers check the range of b and keep a in fp16.
+KVTILE_HOST_DEVICE float div_half_by(float a, float b, float inv) {
+  const float q = mul(a, inv);
+  const float r = fma(b, q, -a);
+  return fma(-r, inv, q);
+}
+// The range of b in which div_half_by equals div.
+KVTILE_HOST_DEVICE bool div_half_by_ok(float b) { return b >= 0x1p-80f && b <= 0x1p80f; }
 KVTILE_HOST_DEVICE float sqrt(float a) {
 #if KVTILE_DEVICE_PASS
   return __fsqrt_rn(a);

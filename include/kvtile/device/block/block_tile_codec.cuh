@@ -106,6 +106,15 @@ struct two_phase_loader : std::false_type {};
 template <class L>
 struct two_phase_loader<L, std::void_t<typename L::raw_type>> : std::true_type {};
 
+// A loader whose values are all half-precision values (`static constexpr bool
+// half_values = true`: paged_tile_loader, fp16 tails and tokens rounded to
+// fp16) lets the scale stage divide by a reciprocal (detail::div_half_by: the
+// same bits as the division for such values).
+template <class L, class = void>
+struct half_value_loader : std::false_type {};
+template <class L>
+struct half_value_loader<L, std::enable_if_t<L::half_values>> : std::true_type {};
+
 // MIN_BLOCKS: the resident blocks per SM the calling kernel is compiled for
 // (its __launch_bounds__ minimum). At >= 2 the registers are capped (64 per
 // thread at 512 threads), and the scale and code stages run from shared
@@ -211,7 +220,7 @@ class block_tile_codec {
     sinkhorn<true>();
     {
       side_regs<true> ky;  // fast path: Y = X / s^ of the key side, in registers
-      if (!scales<true, key_rounder>(s_.key, ky.v)) return status::out_of_range;
+      if (!scales<true, key_rounder, half_value_loader<KeyLoader>::value>(s_.key, ky.v)) return status::out_of_range;
       make_codes<true, key_rounder>(ky.v);
     }
     __syncthreads();
@@ -219,7 +228,8 @@ class block_tile_codec {
     if (s_.flags & load_out_of_range) return status::out_of_range;
     sinkhorn<false>();
     side_regs<false> vy;  // fast path: Y of the value side, kept until s_.codes is free
-    if (!scales<false, value_rounder>(s_.value, vy.v)) return status::out_of_range;
+    if (!scales<false, value_rounder, half_value_loader<ValueLoader>::value>(s_.value, vy.v))
+      return status::out_of_range;
     // Both sides succeeded: commit.
     write_fields<true>(s_.key, out);
     write_codes<config::key_bits, D * G>(out + layout::key_codes);
@@ -458,14 +468,15 @@ class block_tile_codec {
   // Fast path (fast_scales<Key>): X is read once into the register layout of
   // register_sinkhorn.cuh and Y = X / s^ stays in `y` for make_codes; else the
   // shared-memory path (x holds Y afterwards). `y` is unused on the slow path.
-  template <bool Key, class Rounder, class YRegs>
+  // HalfX: every X is a half-precision value (half_value_loader).
+  template <bool Key, class Rounder, bool HalfX, class YRegs>
   KVTILE_DEVICE bool scales(side_fields& st, YRegs& y) {
     if constexpr (fast_scales<Key>) {
-      return scales_fast<Key, Rounder>(st, y);
+      return scales_fast<Key, Rounder, HalfX>(st, y);
     } else {
       col_lower_smem<Key>();
       if (!col_codes<Key>(st)) return false;
-      row_ranges_smem<Key, Rounder>();
+      row_ranges_smem<Key, Rounder, HalfX>();
       return row_codes<Key, Rounder>(st);
     }
   }
@@ -484,7 +495,7 @@ class block_tile_codec {
   }
 
   // Register path of the scale stage (every thread; the tile is in s_.x).
-  template <bool Key, class Rounder, class YRegs>
+  template <bool Key, class Rounder, bool HalfX, class YRegs>
   KVTILE_DEVICE bool scales_fast(side_fields& st, YRegs& y) {
     constexpr int R = Key ? D : G, C = Key ? G : D;
     using rs = register_sinkhorn<R, C, BLOCK_THREADS>;
@@ -501,25 +512,34 @@ class block_tile_codec {
     }
     __syncthreads();
     if (!col_codes<Key>(st)) return false;
-    // Rows: Y = X / s^ (exact IEEE division, as the host), then the row range
+    // Rows: Y = X / s^ (the host's IEEE division, or the same bits by
+    // reciprocal: quotient), then the row range
     // with detail::min_max's first-wins semantics: the extremes by integer
     // order keys (order-free), and, where an extreme is zero (-0 and +0 both
     // key 0), the sign of the row's lowest-index zero.
-    float ch[JC];
+    float ch[JC], inv[JC] = {};
 #pragma unroll
     for (int j = 0; j < JC; ++j) ch[j] = s_.col_hat[lane + 32 * j];
     std::int32_t kmin[MR], kmax[MR];
+    auto divide = [&](auto by_reciprocal) {
 #pragma unroll
-    for (int a = 0; a < MR; ++a) {
-      kmin[a] = INT_MAX;
-      kmax[a] = INT_MIN;
+      for (int a = 0; a < MR; ++a) {
+        kmin[a] = INT_MAX;
+        kmax[a] = INT_MIN;
 #pragma unroll
-      for (int j = 0; j < JC; ++j) {
-        y[a][j] = detail::div(y[a][j], ch[j]);
-        const std::int32_t k = detail::float_order_key(detail::float_bits(y[a][j]));
-        kmin[a] = k < kmin[a] ? k : kmin[a];
-        kmax[a] = k > kmax[a] ? k : kmax[a];
+        for (int j = 0; j < JC; ++j) {
+          y[a][j] = quotient<decltype(by_reciprocal)::value>(y[a][j], ch[j], inv[j]);
+          const std::int32_t k = detail::float_order_key(detail::float_bits(y[a][j]));
+          kmin[a] = k < kmin[a] ? k : kmin[a];
+          kmax[a] = k > kmax[a] ? k : kmax[a];
+        }
       }
+    };
+    if constexpr (HalfX) {
+      if (reciprocals(ch, inv)) divide(std::true_type{});
+      else divide(std::false_type{});
+    } else {
+      divide(std::false_type{});
     }
     const std::int32_t lo_key =
         rs::row_reduce_with(kmin, [](std::int32_t p, std::int32_t q) { return p < q ? p : q; });
@@ -573,7 +593,7 @@ class block_tile_codec {
         m[k] = 0.0f;
 #pragma unroll
         for (int r = lane; r < R; r += 32) m[k] = fmaxf(m[k], fabsf(X<Key>(r, cc)));
-        m[k] = warp_fmax(m[k]);
+        m[k] = warp_max_nonnegative(m[k]);
       }
       if (lane == 0) {
 #pragma unroll
@@ -596,7 +616,7 @@ class block_tile_codec {
     float vmax = 0.0f;
     // positive, non-NaN values: any max order and fmaxf give the host's bits
     for (int c = lane; c < C; c += 32) vmax = fmaxf(vmax, fmaxf(s_.best_col[c], s_.col_lower[c]));
-    vmax = warp_fmax(vmax);  // every warp computes it (cheap), no broadcast needed
+    vmax = warp_max_nonnegative(vmax);  // every warp computes it (cheap), no broadcast needed
     const float col_vs = format::vector_scale(vmax);
     for (int c = threadIdx.x; c < C; c += BLOCK_THREADS) {
       code_type code;
@@ -610,7 +630,7 @@ class block_tile_codec {
   }
 
   // Shared-memory path: rows, one warp per row (K rows at once); x := Y.
-  template <bool Key, class Rounder>
+  template <bool Key, class Rounder, bool HalfX>
   KVTILE_DEVICE void row_ranges_smem() {
     constexpr int R = Key ? D : G, C = Key ? G : D;
     const int lane = lane_id();
@@ -618,34 +638,62 @@ class block_tile_codec {
     constexpr int per_warp = (R + WARPS - 1) / WARPS;
     constexpr int K = per_warp < NB ? per_warp : NB;
     constexpr bool even = R % WARPS == 0 && per_warp % K == 0;
-    float ch[J];  // s^ of the lane's columns
+    float ch[J], inv[J] = {};  // s^ of the lane's columns, and 1 / s^
 #pragma unroll
     for (int j = 0; j < J; ++j) ch[j] = s_.col_hat[lane + 32 * j];
-    for (int i0 = 0; i0 < per_warp; i0 += K) {  // K rows at once (independent chains)
-      float lo[K], hi[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int r = warp_id() + WARPS * (i0 + k);
-        const bool valid = even || ((i0 + k) < per_warp && r < R);  // warp-uniform
-        const int rr = valid ? r : 0;
-        float y[J];
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-          y[j] = detail::div(X<Key>(rr, lane + 32 * j), ch[j]);
-          if (valid) Xref<Key>(rr, lane + 32 * j) = y[j];  // x now holds Y = X / s^ (make_codes reads it)
-        }
-        warp_line_min_max(y, lo[k], hi[k]);
-      }
-      if (lane == 0) {
+    auto rows = [&](auto by_reciprocal) {
+      for (int i0 = 0; i0 < per_warp; i0 += K) {  // K rows at once (independent chains)
+        float lo[K], hi[K];
 #pragma unroll
         for (int k = 0; k < K; ++k) {
           const int r = warp_id() + WARPS * (i0 + k);
-          if (!(even || ((i0 + k) < per_warp && r < R))) continue;
-          row_stats<Rounder>(r, lo[k], hi[k]);
+          const bool valid = even || ((i0 + k) < per_warp && r < R);  // warp-uniform
+          const int rr = valid ? r : 0;
+          float y[J];
+#pragma unroll
+          for (int j = 0; j < J; ++j) {
+            y[j] = quotient<decltype(by_reciprocal)::value>(X<Key>(rr, lane + 32 * j), ch[j], inv[j]);
+            if (valid) Xref<Key>(rr, lane + 32 * j) = y[j];  // x now holds Y = X / s^ (make_codes reads it)
+          }
+          warp_line_min_max(y, lo[k], hi[k]);
+        }
+        if (lane == 0) {
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            const int r = warp_id() + WARPS * (i0 + k);
+            if (!(even || ((i0 + k) < per_warp && r < R))) continue;
+            row_stats<Rounder>(r, lo[k], hi[k]);
+          }
         }
       }
+    };
+    if constexpr (HalfX) {
+      if (reciprocals(ch, inv)) rows(std::true_type{});
+      else rows(std::false_type{});
+    } else {
+      rows(std::false_type{});
     }
     __syncthreads();
+  }
+
+  // Y = X / s^: the division, or (ByReciprocal) detail::div_half_by.
+  template <bool ByReciprocal>
+  KVTILE_DEVICE static float quotient(float x, float s, float inv) {
+    if constexpr (ByReciprocal) return detail::div_half_by(x, s, inv);
+    else return detail::div(x, s);
+  }
+  // inv[j] = 1 / s^ of the lane's columns; true (warp-uniform) where every
+  // s^ of the warp is within div_half_by's range (the caller knows that every
+  // X is a half value: half_value_loader).
+  template <int J>
+  KVTILE_DEVICE static bool reciprocals(const float (&ch)[J], float (&inv)[J]) {
+    bool ok = true;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      ok &= detail::div_half_by_ok(ch[j]);
+      inv[j] = detail::div(1.0f, ch[j]);
+    }
+    return __all_sync(full_warp_mask, ok);
   }
 
   // Row step codes and zeros from row_need / row_lo / row_hi (both paths):
@@ -658,7 +706,7 @@ class block_tile_codec {
     float need_max = 0.0f;
     // steps wanted: >= +0 (never -0: hi - lo), non-NaN; any max order and fmaxf give the host's bits
     for (int r = lane; r < R; r += 32) need_max = fmaxf(need_max, s_.row_need[r]);
-    need_max = warp_fmax(need_max);
+    need_max = warp_max_nonnegative(need_max);
     const float row_vs = format::vector_scale(need_max);
     for (int r = threadIdx.x; r < R; r += BLOCK_THREADS) {
       code_type code;

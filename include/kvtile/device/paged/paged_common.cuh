@@ -166,6 +166,8 @@ struct paged_tile_loader {
   mutable unsigned seen = 0;  // paged_flag bits of this lane's tokens, not yet reported
 
   using raw_type = std::uint16_t;  // bits of one input element (T or the tail's half_t)
+  // Every value is a half value (tail, or rounded to fp16 here): block_tile_codec's half_value_loader.
+  static constexpr bool half_values = true;
   template <int J>
   KVTILE_DEVICE void fetch(int g, raw_type (&r)[J]) const {
     const std::int64_t p = tile_pos + g;

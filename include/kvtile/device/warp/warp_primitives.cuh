@@ -73,21 +73,12 @@ KVTILE_DEVICE float warp_canonical_std(const float (&x)[J]) {
   return detail::sqrt(detail::div_by<n - 1>(warp_tree_sum(t)));
 }
 
-// Max / min of one value per lane, in every lane (order-independent: use only
-// where no signed-zero tie can differ and no value is NaN, e.g. non-negative
-// values that are never -0; there fmaxf / fminf, one FMNMX each, equal the
-// host's select-based detail::fmax / fmin). Hand-written xor butterflies: every lane needs
-// the result, and cub::WarpReduce (aggregate in lane 0, shuffle-down tree plus
-// a broadcast) costs registers: the 64-register g64 encodes spill with it.
-KVTILE_DEVICE float warp_fmax(float v) {
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) v = fmaxf(v, __shfl_xor_sync(full_warp_mask, v, o));
-  return v;
-}
-KVTILE_DEVICE float warp_fmin(float v) {
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) v = fminf(v, __shfl_xor_sync(full_warp_mask, v, o));
-  return v;
+// Max of one non-negative, non-NaN float per lane (never -0: column maxima of
+// |x|, steps, scales), in every lane. For such floats the unsigned order of the
+// bits is their order, so one redux.sync (__reduce_max_sync) gives the bits of
+// the host's detail::fmax chain in any order.
+KVTILE_DEVICE float warp_max_nonnegative(float v) {
+  return detail::float_from_bits(__reduce_max_sync(full_warp_mask, detail::float_bits(v)));
 }
 
 // Bits of the warp's minimum of `lo_in` and maximum of `hi_in`, valid in lane
