@@ -183,6 +183,7 @@ class block_tile_codec {
     sinkhorn_storage sk;
     float best_col[L];
     float col_hat[L], col_lower[L], row_lo[L], row_hi[L], row_need[L], row_a[L], row_z[L], row_inv[L];
+    std::uint32_t col_max[L];  // bits of max |X| per column, gathered by load (see there)
     side_fields key, value;
     float best;
     int improved;
@@ -215,7 +216,7 @@ class block_tile_codec {
       s_.fail = 0;
     }
     __syncthreads();
-    load(key_loader);
+    load<true>(key_loader);
     if (s_.flags & load_out_of_range) return status::out_of_range;  // uniform after load's sync
     sinkhorn<true>();
     {
@@ -224,7 +225,7 @@ class block_tile_codec {
       make_codes<true, key_rounder>(ky.v);
     }
     __syncthreads();
-    load(value_loader);  // x is free again: the key codes are in s_.codes
+    load<false>(value_loader);  // x is free again: the key codes are in s_.codes
     if (s_.flags & load_out_of_range) return status::out_of_range;
     sinkhorn<false>();
     side_regs<false> vy;  // fast path: Y of the value side, kept until s_.codes is free
@@ -260,10 +261,20 @@ class block_tile_codec {
 
   KVTILE_DEVICE int warp_id() const { return static_cast<int>(threadIdx.x >> 5); }
 
-  template <class Loader>
+  // Also gathers each column's max |X| into col_max (bits; order-free: for
+  // non-NaN floats the bits of |x| order as |x|, and the host's fmax chain
+  // from +0 ends with the largest magnitude as a non-negative float): keys
+  // (column = token) by one redux.sync per token, values (column = channel)
+  // by a running max per lane over the warp's tokens and one shared atomicMax
+  // per column and warp (col_max is zeroed by the key side's
+  // col_lower_from_max).
+  template <bool Key, class Loader>
   KVTILE_DEVICE void load(Loader& loader) {
     const int lane = lane_id();
     unsigned f = 0u;
+    float vmax[JD];  // values: max |X| of the lane's channels over the warp's tokens
+#pragma unroll
+    for (int j = 0; j < JD; ++j) vmax[j] = 0.0f;
     // K tokens per warp at once: independent load + rotate chains.
     constexpr int per_warp = (G + WARPS - 1) / WARPS;
     constexpr int K = per_warp < 4 ? per_warp : 4;
@@ -292,11 +303,25 @@ class block_tile_codec {
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const int g = warp_id() + WARPS * (i0 + k);
-        if (even || ((i0 + k) < per_warp && g < G)) {
+        if (even || ((i0 + k) < per_warp && g < G)) {  // warp-uniform
 #pragma unroll
           for (int j = 0; j < JD; ++j) s_.x[g * XS + lane + 32 * j] = v[k][j];
+          if constexpr (Key) {
+            float m = 0.0f;
+#pragma unroll
+            for (int j = 0; j < JD; ++j) m = fmaxf(m, fabsf(v[k][j]));
+            const std::uint32_t b = __reduce_max_sync(full_warp_mask, detail::float_bits(m));
+            if (lane == 0) s_.col_max[g] = b;
+          } else {
+#pragma unroll
+            for (int j = 0; j < JD; ++j) vmax[j] = fmaxf(vmax[j], fabsf(v[k][j]));
+          }
         }
       }
+    }
+    if constexpr (!Key) {
+#pragma unroll
+      for (int j = 0; j < JD; ++j) atomicMax(&s_.col_max[lane + 32 * j], detail::float_bits(vmax[j]));
     }
     if constexpr (two_phase_loader<Loader>::value) loader.flush();
     f = __reduce_or_sync(full_warp_mask, f);  // flags are per lane
@@ -474,7 +499,7 @@ class block_tile_codec {
     if constexpr (fast_scales<Key>) {
       return scales_fast<Key, Rounder, HalfX>(st, y);
     } else {
-      col_lower_smem<Key>();
+      col_lower_from_max<Key>();
       if (!col_codes<Key>(st)) return false;
       row_ranges_smem<Key, Rounder, HalfX>();
       return row_codes<Key, Rounder>(st);
@@ -500,23 +525,15 @@ class block_tile_codec {
     constexpr int R = Key ? D : G, C = Key ? G : D;
     using rs = register_sinkhorn<R, C, BLOCK_THREADS>;
     constexpr int MR = rs::MR, JC = rs::JC, S = rs::S;
-    typename rs::storage* sm;
-    if constexpr (Key) sm = &s_.sk.key;
-    else sm = &s_.sk.value;
     const int lane = lane_id();
     rs::load(s_.x, Key ? 1 : XS, Key ? XS : 1, y);  // y = X for now
-    // Column lower bounds (one barrier inside).
-    {
-      const std::uint32_t m = rs::col_max_abs_bits(*sm, y);
-      if (rs::col_writer()) s_.col_lower[rs::col_own()] = col_lower_of(detail::float_from_bits(m));
-    }
-    __syncthreads();
+    col_lower_from_max<Key>();
     if (!col_codes<Key>(st)) return false;
     // Rows: Y = X / s^ (the host's IEEE division, or the same bits by
     // reciprocal: quotient), then the row range
     // with detail::min_max's first-wins semantics: the extremes by integer
-    // order keys (order-free), and, where an extreme is zero (-0 and +0 both
-    // key 0), the sign of the row's lowest-index zero.
+    // order keys (order-free, detail::min_max_key), and, where an extreme is
+    // zero, the sign of the row's lowest-index zero.
     float ch[JC], inv[JC] = {};
 #pragma unroll
     for (int j = 0; j < JC; ++j) ch[j] = s_.col_hat[lane + 32 * j];
@@ -529,7 +546,7 @@ class block_tile_codec {
 #pragma unroll
         for (int j = 0; j < JC; ++j) {
           y[a][j] = quotient<decltype(by_reciprocal)::value>(y[a][j], ch[j], inv[j]);
-          const std::int32_t k = detail::float_order_key(detail::float_bits(y[a][j]));
+          const std::int32_t k = detail::min_max_key(detail::float_bits(y[a][j]));
           kmin[a] = k < kmin[a] ? k : kmin[a];
           kmax[a] = k > kmax[a] ? k : kmax[a];
         }
@@ -546,7 +563,7 @@ class block_tile_codec {
     const std::int32_t hi_key =
         rs::row_reduce_with(kmax, [](std::int32_t p, std::int32_t q) { return p > q ? p : q; });
     std::uint32_t zero_sign = 0u;
-    if (__any_sync(full_warp_mask, lo_key == 0 || hi_key == 0)) {  // rare; warp-uniform
+    if (__any_sync(full_warp_mask, detail::is_zero_key(lo_key) || detail::is_zero_key(hi_key))) {  // rare; warp-uniform
       // Key (c << 1 | sign) of the lowest-index zero of each row slot; the
       // minimum over the row is its first zero (no zero: all ones).
       std::uint32_t zk[MR];
@@ -565,43 +582,21 @@ class block_tile_codec {
     }
     if ((lane & ((32 >> S) - 1)) == 0) {  // one lane per row slot (its lowest)
       const int r = warp_id() + WARPS * rs::row_slot();
-      row_stats<Rounder>(r, detail::float_from_order_key(lo_key, zero_sign),
-                         detail::float_from_order_key(hi_key, zero_sign));
+      row_stats<Rounder>(r, detail::from_min_max_key(lo_key, zero_sign), detail::from_min_max_key(hi_key, zero_sign));
     }
     __syncthreads();
     return row_codes<Key, Rounder>(st);
   }
 
-  // Shared-memory path: column lower bounds, one warp per column.
+  // col_lower of the side's columns from load's col_max (one thread per
+  // column); the key side also zeroes col_max for the value side's load.
+  // Ends with a barrier.
   template <bool Key>
-  KVTILE_DEVICE void col_lower_smem() {
-    constexpr int R = Key ? D : G, C = Key ? G : D;
-    const int lane = lane_id();
-    constexpr int per_warp = (C + WARPS - 1) / WARPS;
-    constexpr int K = per_warp < NB ? per_warp : NB;
-    constexpr bool even = C % WARPS == 0 && per_warp % K == 0;
-    for (int i0 = 0; i0 < per_warp; i0 += K) {  // K columns at once
-      float m[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int c = warp_id() + WARPS * (i0 + k);
-        const int cc = (even || ((i0 + k) < per_warp && c < C)) ? c : 0;
-        // The host's chain fmax(m, x < 0 ? -x : x) from +0 ends with the
-        // largest magnitude as a non-negative float; on NaN-free values
-        // fmaxf / fabsf (one FMNMX) give those bits (fabsf(-0) = +0 cannot
-        // win against the +0 start either way).
-        m[k] = 0.0f;
-#pragma unroll
-        for (int r = lane; r < R; r += 32) m[k] = fmaxf(m[k], fabsf(X<Key>(r, cc)));
-        m[k] = warp_max_nonnegative(m[k]);
-      }
-      if (lane == 0) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-          const int c = warp_id() + WARPS * (i0 + k);
-          if (even || ((i0 + k) < per_warp && c < C)) s_.col_lower[c] = col_lower_of(m[k]);
-        }
-      }
+  KVTILE_DEVICE void col_lower_from_max() {
+    constexpr int C = Key ? G : D;
+    for (int c = threadIdx.x; c < L; c += BLOCK_THREADS) {
+      if (c < C) s_.col_lower[c] = col_lower_of(detail::float_from_bits(s_.col_max[c]));
+      if constexpr (Key) s_.col_max[c] = 0u;
     }
     __syncthreads();
   }
@@ -657,13 +652,16 @@ class block_tile_codec {
           }
           warp_line_min_max(y, lo[k], hi[k]);
         }
-        if (lane == 0) {
+        if (lane < K) {  // lane k: row k of the group (lo, hi are warp-uniform)
+          float l = lo[0], h = hi[0];
 #pragma unroll
-          for (int k = 0; k < K; ++k) {
-            const int r = warp_id() + WARPS * (i0 + k);
-            if (!(even || ((i0 + k) < per_warp && r < R))) continue;
-            row_stats<Rounder>(r, lo[k], hi[k]);
-          }
+          for (int k = 1; k < K; ++k)
+            if (lane == k) {
+              l = lo[k];
+              h = hi[k];
+            }
+          const int r = warp_id() + WARPS * (i0 + lane);
+          if (even || ((i0 + lane) < per_warp && r < R)) row_stats<Rounder>(r, l, h);
         }
       }
     };
@@ -765,17 +763,20 @@ class block_tile_codec {
   template <class Rounder, int N>
   KVTILE_DEVICE static void quantize_line(const float (&vals)[N], float a, float inv, float z,
                                           std::uint32_t (&code)[N]) {
-    unsigned need = 0u;
+    bool exact = false;  // one predicate, OR-ed by the comparisons themselves
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       bool e;
       code[n] = quantize_rcp_fast<Rounder>(vals[n], inv, z, e);
-      need |= static_cast<unsigned>(e) << n;
+      exact |= e;
     }
-    if (__any_sync(full_warp_mask, need != 0u)) {
+    if (__any_sync(full_warp_mask, exact)) {  // rare: ask the fast path again which values it leaves
 #pragma unroll
-      for (int n = 0; n < N; ++n)
-        if ((need >> n) & 1u) code[n] = Rounder::quantize(vals[n], a, z);
+      for (int n = 0; n < N; ++n) {
+        bool e;
+        (void)quantize_rcp_fast<Rounder>(vals[n], inv, z, e);
+        if (e) code[n] = Rounder::quantize(vals[n], a, z);
+      }
     }
   }
 

@@ -5,7 +5,7 @@
 // Used by block_tile_codec (block_tile_codec.cuh) when the side's matrix
 // M[R x C] fits: see register_sinkhorn_shape::ok. The codec's scale and code
 // stages use the same layout (load, row_broadcast, row_reduce_with,
-// col_max_abs_bits, register_tile). CUDA only (.cuh).
+// register_tile). CUDA only (.cuh).
 //
 // Register layout. With W = BLOCK_THREADS / 32 warps, MR = R / W and
 // JC = C / 32, thread (warp w, lane l) holds the MR x JC elements
@@ -58,9 +58,6 @@
 #pragma once
 
 #include "../../config.hpp"
-
-#include <cub/warp/warp_reduce.cuh>
-#include <cuda/functional>
 
 #include <cstdint>
 
@@ -160,40 +157,6 @@ struct register_sinkhorn {
 #pragma unroll
     for (int b = 16 >> S; b >= 1; b /= 2) r = op(r, __shfl_xor_sync(full_warp_mask, r, b));
     return r;
-  }
-
-  // Owned column (t / Q) and whether this thread is its single writer.
-  KVTILE_DEVICE static int col_own() { return static_cast<int>(threadIdx.x) / Q; }
-  KVTILE_DEVICE static bool col_writer() { return static_cast<int>(threadIdx.x) % Q == 0; }
-
-  // Bits of max |x| over the R rows of the owned column, valid in its writer
-  // (col_writer(): the first of the Q owners) (+0 -> 0). For non-NaN floats, unsigned order of (bits & 0x7fffffff) is
-  // the order of |x|, and the host's fmax chain from +0 ends with the largest
-  // magnitude as a non-negative float (-0 never wins against +0), so this is
-  // the host's value bit for bit. Contains one block barrier; sm.part is
-  // reused (the caller must have synchronized after the last run()).
-  KVTILE_DEVICE static std::uint32_t col_max_abs_bits(storage& sm, const float (&x)[MR][JC]) {
-    float p[JC];
-#pragma unroll
-    for (int j = 0; j < JC; ++j) {
-      std::uint32_t m = 0u;
-#pragma unroll
-      for (int a = 0; a < MR; ++a) m = umax(m, detail::float_bits(x[a][j]) & 0x7fffffffu);
-      p[j] = detail::float_from_bits(m);  // bits travel unchanged through shared memory
-    }
-    col_publish(sm, p);
-    __syncthreads();
-    const int t = static_cast<int>(threadIdx.x);
-    const int c = t / Q, q = t % Q;
-    std::uint32_t m = 0u;
-#pragma unroll
-    for (int i = 0; i < JC; ++i) m = umax(m, detail::float_bits(sm.part[(q + Q * i) * CS + c]));
-    if constexpr (Q > 1) {  // over the Q owners (a logical warp; redux.sync on sm_80+)
-      using owner_reduce = cub::WarpReduce<std::uint32_t, Q>;
-      typename owner_reduce::TempStorage unused;  // WarpReduceShfl: NullType, never accessed
-      m = owner_reduce(unused).Reduce(m, ::cuda::maximum<>{});
-    }
-    return m;
   }
 
   // sinkhorn<Iterations>::run on the side's matrix M[r][c] = tile[r * rs + c * cs]
@@ -298,7 +261,6 @@ struct register_sinkhorn {
       scatter_stages_with<St + 1>(v, op);
     }
   }
-  KVTILE_DEVICE static std::uint32_t umax(std::uint32_t a, std::uint32_t b) { return a > b ? a : b; }
 
   // v[a]: this lane's partial of row slot a ^ s over its positions. Returns the
   // full canonical row sum of the lane's own row slot s (see the file comment).

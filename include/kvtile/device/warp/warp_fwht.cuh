@@ -69,8 +69,10 @@ KVTILE_DEVICE void lane_fwht_unnormalized(float (&v)[N]) {
 #pragma unroll
   for (int m = 1, b = 0; m < P; m *= 2, ++b) {
     const bool high = (lane & m) != 0;
-    // +1 / -1 with the sign bit taken from lane bit b (signed_fma_local)
-    const float sign_local = __uint_as_float(0x3f800000u | (static_cast<unsigned>(lane & m) << (31 - b)));
+    // +1 / -1 with the sign bit taken from lane bit b (signed_fma_local): one
+    // shift and one LOP3 per stage
+    const float sign_local =
+        __uint_as_float(((static_cast<unsigned>(lane) << (31 - b)) & 0x80000000u) | 0x3f800000u);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const float o = __shfl_xor_sync(0xffffffffu, v[k], m);

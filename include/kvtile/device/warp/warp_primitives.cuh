@@ -93,10 +93,20 @@ KVTILE_DEVICE void warp_min_max_bits_lane0(float lo_in, float hi_in, std::uint32
 }
 
 namespace detail {
-KVTILE_DEVICE float float_from_order_key(std::int32_t k, std::uint32_t zero_sign) {
-  if (k == 0) return detail::float_from_bits(zero_sign);
-  return k > 0 ? detail::float_from_bits(static_cast<std::uint32_t>(k))
-               : detail::float_from_bits(0x80000000u | static_cast<std::uint32_t>(-k));
+// Signed-integer order key of a non-NaN float for the row min / max: a < b
+// (as floats) => key(a) < key(b); the bits with the magnitude bits flipped
+// for negative values (a shift and a LOP3). -0 maps to -1 and +0 to 0, the
+// only keys of zeros (is_zero_key): where an extreme is a zero, its sign is
+// the first zero's (first_zero_sign), as in the host's first-wins scan. The
+// map is an involution on its image (from_min_max_key).
+KVTILE_DEVICE std::int32_t min_max_key(std::uint32_t bits) {
+  return static_cast<std::int32_t>(bits ^ (static_cast<std::uint32_t>(static_cast<std::int32_t>(bits) >> 31) & 0x7fffffffu));
+}
+KVTILE_DEVICE bool is_zero_key(std::int32_t k) { return k == 0 || k == -1; }
+// The float of an extreme's key; a zero takes zero_sign (the first zero's).
+KVTILE_DEVICE float from_min_max_key(std::int32_t k, std::uint32_t zero_sign) {
+  if (is_zero_key(k)) return detail::float_from_bits(zero_sign);
+  return detail::float_from_bits(static_cast<std::uint32_t>(min_max_key(static_cast<std::uint32_t>(k))));
 }
 // Sign bit of the first (lowest index) element of the line whose value is zero.
 template <int J>
@@ -118,7 +128,8 @@ KVTILE_DEVICE std::uint32_t first_zero_sign(const float (&x)[J]) {
 }  // namespace detail
 
 // detail::min_max over the warp's line (NaN-free input): bit-identical to the
-// host's sequential first-wins scan. Integer keys, so also exact under -ftz.
+// host's sequential first-wins scan. Integer keys (detail::min_max_key), so
+// also exact under -ftz.
 // (__reduce_*_sync directly: every lane needs the extremes, CUB's WarpReduce
 // returns them in lane 0 only.)
 template <int J>
@@ -126,16 +137,16 @@ KVTILE_DEVICE void warp_line_min_max(const float (&x)[J], float& lo, float& hi) 
   std::int32_t kmin = INT_MAX, kmax = INT_MIN;
 #pragma unroll
   for (int j = 0; j < J; ++j) {
-    const std::int32_t k = detail::float_order_key(detail::float_bits(x[j]));
+    const std::int32_t k = detail::min_max_key(detail::float_bits(x[j]));
     kmin = k < kmin ? k : kmin;
     kmax = k > kmax ? k : kmax;
   }
   kmin = __reduce_min_sync(full_warp_mask, kmin);
   kmax = __reduce_max_sync(full_warp_mask, kmax);
   std::uint32_t zs = 0u;
-  if (kmin == 0 || kmax == 0) zs = detail::first_zero_sign(x);  // warp-uniform branch
-  lo = detail::float_from_order_key(kmin, zs);
-  hi = detail::float_from_order_key(kmax, zs);
+  if (detail::is_zero_key(kmin) || detail::is_zero_key(kmax)) zs = detail::first_zero_sign(x);  // warp-uniform branch
+  lo = detail::from_min_max_key(kmin, zs);
+  hi = detail::from_min_max_key(kmax, zs);
 }
 
 // Rotation::forward / inverse on the warp's D = 32*J values (strided layout).
