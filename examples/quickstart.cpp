@@ -112,7 +112,7 @@ int main() {
   make_kv(k, v, /*seed=*/2026);
   int failures = 0;
 
-  // 1. The default codec: Hadamard rotation, Sinkhorn(4), 4-bit keys, 2-bit values, FP8 scales.
+  // 1. The default codec: Hadamard rotation, Sinkhorn(2), 4-bit keys, 2-bit values, FP8 scales.
   using codec = kvtile::presets::k4v2_g128<kHeadDim>;
   std::printf("kvtile %d.%d.%d, record format %d\n", kvtile::version_major, kvtile::version_minor,
               kvtile::version_patch, kvtile::format_version);

@@ -5,7 +5,7 @@
 //   copy        uint4 device-to-device copy of the prefill input (ceiling: read+write bytes / time)
 //   prefill     launch_prefill of 64K tokens x 8 KV heads x D=128, K and V fp16
 //               (16 sequences x 4096 tokens), k4v2/k4v4/k2v2_g128 and, to show
-//               where the time goes, k4v2 with Sinkhorn 0 / 2 / 8 iterations (the presets: 4) and
+//               where the time goes, k4v2 with Sinkhorn 0 / 4 / 8 iterations (the presets: 2) and
 //               without normalization (rotate_rtn)
 //   append      launch_append, batch 1..256 x 8 heads, no tile filling and every tile filling,
 //               at the default block size (KVTILE_APPEND_BLOCK_THREADS) and at 256 and 1024 threads
@@ -326,18 +326,18 @@ int main(int argc, char** argv) {
   }
   using namespace kvtile;
   using k4v2_s0 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<0>, rtn<>, fp8_scales>;
-  using k4v2_s2 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<2>, rtn<>, fp8_scales>;
+  using k4v2_s4 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<4>, rtn<>, fp8_scales>;
   using k4v2_s8 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<8>, rtn<>, fp8_scales>;
   bench_prefill<presets::k4v2_g128<D>>("k4v2_g128", true);
   bench_prefill<presets::k4v2_g128<D>, 1024>("k4v2_g128 (1024 threads/block)", false);
   bench_prefill<presets::k4v2_g128<D>, 512, 1>("k4v2_g128 (MIN_BLOCKS 1)", false);
-  bench_prefill<k4v2_s2, 512, 1>("k4v2_g128 sinkhorn<2> (MIN_BLOCKS 1)", false);
+  bench_prefill<k4v2_s4, 512, 1>("k4v2_g128 sinkhorn<4> (MIN_BLOCKS 1)", false);
   bench_prefill<presets::k4v4_g128<D>>("k4v4_g128", false);
   bench_prefill<presets::k2v2_g128<D>>("k2v2_g128", true);
   bench_prefill<presets::k4v2_g128<D, fp16_scales>>("k4v2_g128 fp16_scales", false);
   bench_prefill<presets::kvarn<D, G, 4, 2, fp8_scales, rtn_cover>>("k4v2_g128 rtn_cover (0.1 rounding)", false);
   bench_prefill<k4v2_s8>("k4v2_g128 sinkhorn<8>", false);
-  bench_prefill<k4v2_s2>("k4v2_g128 sinkhorn<2>", false);
+  bench_prefill<k4v2_s4>("k4v2_g128 sinkhorn<4>", false);
   bench_prefill<k4v2_s0>("k4v2_g128 sinkhorn<0>", false);
   bench_prefill<presets::rotate_rtn<D>>("rotate_rtn (no normalization)", false);
   if (!g_decode_only && !g_encode_only) {

@@ -9,7 +9,7 @@
 //   decode/<preset>        tile_codec::decode (keys + values), frame::original
 //   encode_rotate_rtn/...  same shape, no normalization (Hadamard + RTN + packing)
 //   encode_kivi/...        no rotation, no normalization (RTN + packing only)
-//   sinkhorn/...           the Sinkhorn(4) normalizer alone on the rotated K and V tiles
+//   sinkhorn/...           the preset's Sinkhorn normalizer (2 iterations) alone on the rotated K and V tiles
 //
 // Build by hand: g++ -std=c++17 -O3 -DNDEBUG -I include bench/host/codec.cpp -lbenchmark -lpthread
 #include <benchmark/benchmark.h>

@@ -18,7 +18,7 @@
 KVTILE_NAMESPACE_BEGIN
 namespace presets {
 
-// The KVarN method: Hadamard rotation, Sinkhorn (4 iterations, the default of
+// The KVarN method: Hadamard rotation, Sinkhorn (2 iterations, the default of
 // sinkhorn<>; 0 to 16 are supported), RTN with storage-aware rounding (rtn<>: the default row policy
 // and clip ratios; rtn_cover: format 0.1's covering rule).
 template <int D, int G, int KBits, int VBits, class Packer = fp8_scales, class Rounding = rtn<>, int Iterations = sinkhorn<>::iterations>

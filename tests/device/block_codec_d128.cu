@@ -32,12 +32,12 @@ int main(int argc, char** argv) {
   using nearest = kvarn<128, 128, 2, 2, kvtile::fp8_scales, kvtile::rtn<kvtile::row_rounding::nearest>>;
   using clipped = kvarn<128, 128, 2, 2, kvtile::fp8_scales, kvtile::rtn<kvtile::row_rounding::min_max_error, 900, 970, 1000, 850, 930, 1000>>;
   using clipped16 = kvarn<128, 128, 4, 4, kvtile::fp16_scales, kvtile::rtn_clip<930>>;
-  using it2 = kvarn<128, 128, 4, 2, kvtile::fp8_scales, kvtile::rtn<>, 2>;
+  using it4 = kvarn<128, 128, 4, 2, kvtile::fp8_scales, kvtile::rtn<>, 4>;
   kvtest::run_codec<cover, kvtile::half_t>("k4v2_g128<128> rtn_cover", n, 91, t);
   kvtest::run_codec<nearest, kvtile::half_t>("k2v2_g128<128> nearest", n, 92, t);
   kvtest::run_codec<clipped, kvtile::half_t>("k2v2_g128<128> min_max_error clip", n, 93, t);
   kvtest::run_codec<clipped16, kvtile::half_t>("k4v4_g128<128,fp16> clip 0.93", n, 94, t);
-  kvtest::run_codec<it2, kvtile::half_t>("k4v2_g128<128> sinkhorn<2>", n, 95, t);
+  kvtest::run_codec<it4, kvtile::half_t>("k4v2_g128<128> sinkhorn<4>", n, 95, t);
   // MIN_BLOCKS = 2, as the prefill kernel compiles the block codec for D * G <= 16384
   kvtest::run_codec<k4v2_g128<128>, kvtile::half_t, 512, false, 2>("k4v2_g128<128>", n, 96, t);
   kvtest::run_codec<k2v2_g128<128, kvtile::fp16_scales>, kvtile::half_t, 512, false, 2>("k2v2_g128<128,fp16>", n, 97, t);

@@ -150,7 +150,7 @@ TEST_CASE_TEMPLATE("codec: half and bfloat16 elements", Codec, P::k4v2_g128<128>
 TEST_CASE("codec: static properties of the presets") {
   CHECK(std::is_same_v<P::default_codec<128>, P::k4v2_g128<128>>);
   CHECK(std::is_same_v<P::k4v2_g128<128>::rotation, kvtile::hadamard>);
-  CHECK(std::is_same_v<P::k4v2_g128<128>::normalizer, kvtile::sinkhorn<4>>);
+  CHECK(std::is_same_v<P::k4v2_g128<128>::normalizer, kvtile::sinkhorn<2>>);
   CHECK(std::is_same_v<P::k4v2_g128<128>::packer, kvtile::fp8_scales>);
   CHECK(std::is_same_v<P::kivi<128>::rotation, kvtile::identity>);
   CHECK(std::is_same_v<P::kivi<128>::normalizer, kvtile::no_normalization>);

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   ev->add_option("--sinkhorn-iterations", o.sinkhorn_iterations,
                  "comma-separated Sinkhorn iteration counts from {0,1,2,4,8,16}: adds each selected kvarn method "
                  "k2v2_g128, k4v2_g128 or k4v4_g128 with fp8 scales at those counts (named e.g. 'k2v2_g128/fp8 "
-                 "it2'; the preset itself runs " + std::to_string(kvtile_eval::preset_iterations) + ")")
+                 "it4'; the preset itself runs " + std::to_string(kvtile_eval::preset_iterations) + ")")
       ->delimiter(',')
       ->check(CLI::IsMember(std::vector<int>(std::begin(kvtile_eval::sinkhorn_iteration_choices),
                                              std::end(kvtile_eval::sinkhorn_iteration_choices))));

@@ -62,12 +62,13 @@ KVTILE_HOST_DEVICE float sinkhorn_update(float& log_scale, float std_dev, float&
 }
 }  // namespace detail
 
-// Default 4 iterations (method.md's reference used 16, "converges by ~4"):
-// attention KL equal to 8 iterations on every data set of docs/kvtile-eval.md
-// "Sinkhorn iterations" and on the dev model (docs/accuracy.md); each
-// iteration costs the GPU prefill encoder ~110 us at 64K tokens x 8 heads x
-// D 128 (docs/gpu-codec.md).
-template <int Iterations = 4>
+// Default 2 iterations (method.md's reference used 16, "converges by ~4"):
+// next-token KL on the dev model and attention KL / error on every data set
+// of docs/kvtile-eval.md "Sinkhorn iterations" equal to 4 and 8 iterations
+// within the measurements' noise (docs/accuracy.md); 1 iteration costs KL on
+// 2-bit tiles with strong key outliers. Each iteration costs the GPU prefill
+// encoder ~115 us at 64K tokens x 8 heads x D 128 (docs/gpu-codec.md).
+template <int Iterations = 2>
 struct sinkhorn {
   static_assert(Iterations >= 0 && Iterations <= 64, "sinkhorn iterations must be in [0, 64]");
   static constexpr int iterations = Iterations;
