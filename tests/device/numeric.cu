@@ -306,6 +306,27 @@ void host_decode() {
   check(bad_e4m3 == 0, "host: E4M3 decode, all 256 codes, vs __nv_cvt_fp8_to_halfraw + __half2float");
 }
 
+// launch(blocks) with 16 blocks per SM between two events; the elapsed ms
+// (after the launch completed).
+template <class Launch>
+float timed_sweep(Launch launch) {
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  CUDA_OK(cudaEventRecord(e0));
+  launch(sms * 16);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaEventRecord(e1));
+  CUDA_OK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+  CUDA_OK(cudaEventDestroy(e0));
+  CUDA_OK(cudaEventDestroy(e1));
+  return ms;
+}
+
 void device_sweep() {
   for (unsigned c = 0; c < 127; ++c) h_e4m3_values[c] = e4m3_table_value(c);
   CUDA_OK(cudaMemcpyToSymbol(d_e4m3_values, h_e4m3_values, sizeof h_e4m3_values));
@@ -317,18 +338,7 @@ void device_sweep() {
   Tally* d_tally = nullptr;
   CUDA_OK(cudaMalloc(&d_tally, sizeof(Tally)));
   CUDA_OK(cudaMemcpy(d_tally, &init, sizeof init, cudaMemcpyHostToDevice));
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  CUDA_OK(cudaEventRecord(e0));
-  sweep_kernel<<<sms * 16, 256>>>(d_tally);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaEventRecord(e1));
-  CUDA_OK(cudaDeviceSynchronize());
-  float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+  const float ms = timed_sweep([&](int blocks) { sweep_kernel<<<blocks, 256>>>(d_tally); });
   Tally tally;
   CUDA_OK(cudaMemcpy(&tally, d_tally, sizeof tally, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaFree(d_tally));
@@ -469,20 +479,10 @@ void device_quotient() {
   CUDA_OK(cudaMalloc(&d, 2 * sizeof(QuotientTally)));
   CUDA_OK(cudaMemcpy(d, &init, sizeof init, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d + 1, &init, sizeof init, cudaMemcpyHostToDevice));
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  CUDA_OK(cudaEventRecord(e0));
-  quotient_kernel<<<sms * 16, 256>>>(d);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaEventRecord(e1));
+  const float ms = timed_sweep([&](int blocks) { quotient_kernel<<<blocks, 256>>>(d); });
   quotient_spot_kernel<<<256, 256>>>(d + 1);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
-  float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
   CUDA_OK(cudaMemcpy(&got, d, sizeof got, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&spot, d + 1, sizeof spot, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaFree(d));
