@@ -101,7 +101,6 @@ KVTILE_HOST_DEVICE float div(float a, float b) {
 #endif
 }
 
-
 // div(a, b) by the reciprocal inv = div(1, b) and one correction step
 // (Markstein): q = RN(a inv), r = b q - a (exact: fma), RN(q - r inv).
 // Equal to div(a, b) bit for bit, signed zeros included, for every
@@ -119,6 +118,7 @@ KVTILE_HOST_DEVICE float div_half_by(float a, float b, float inv) {
 }
 // The range of b in which div_half_by equals div.
 KVTILE_HOST_DEVICE bool div_half_by_ok(float b) { return b >= 0x1p-80f && b <= 0x1p80f; }
+
 KVTILE_HOST_DEVICE float sqrt(float a) {
 #if KVTILE_DEVICE_PASS
   return __fsqrt_rn(a);
