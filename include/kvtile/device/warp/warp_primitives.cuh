@@ -76,7 +76,8 @@ KVTILE_DEVICE float warp_canonical_std(const float (&x)[J]) {
 // Max of one non-negative, non-NaN float per lane (never -0: column maxima of
 // |x|, steps, scales), in every lane. For such floats the unsigned order of the
 // bits is their order, so one redux.sync (__reduce_max_sync) gives the bits of
-// the host's detail::fmax chain in any order.
+// the host's detail::fmax chain in any order. (The intrinsic directly:
+// cub::WarpReduce leaves the aggregate in lane 0 only.)
 KVTILE_DEVICE float warp_max_nonnegative(float v) {
   return detail::float_from_bits(__reduce_max_sync(full_warp_mask, detail::float_bits(v)));
 }
