@@ -113,7 +113,7 @@ TEST_CASE("eval end to end: tinylm slice -> table, JSON, CSV and plot agree") {
   CHECK(table.find("attention error by context length") != std::string::npos);
 
   const auto j = nlohmann::json::parse(slurp(d / "r.json"));
-  REQUIRE(j["methods"].size() == 24);
+  REQUIRE(j["methods"].size() == 27);
   CHECK(j["input"]["tokens"] == 256);
   CHECK(j["input"]["q_heads"] == 4);
   CHECK(j["settings"]["context_positions"] == std::vector<int>{256});
@@ -139,7 +139,7 @@ TEST_CASE("eval end to end: tinylm slice -> table, JSON, CSV and plot agree") {
   CHECK(e4 < e2);
   CHECK(method_by_name(j, "k8v8_g128/fp8")["overall"]["keys"]["snr_db"].get<double>() > 40.0);
   // the in-memory result is what was written
-  REQUIRE(r.methods.size() == 24);
+  REQUIRE(r.methods.size() == 27);
   CHECK(r.methods[0].all.attn.rel_err_mean == doctest::Approx(j["methods"][0]["overall"]["attention"]["rel_err_mean"].get<double>()));
 
   // CSV: header + one "all" and one "layer0" row per method; values match the JSON
@@ -160,7 +160,7 @@ TEST_CASE("eval end to end: tinylm slice -> table, JSON, CSV and plot agree") {
       CHECK(std::stod(f[20]) == doctest::Approx(e2).epsilon(1e-6));  // attn_rel_err_mean
     }
   }
-  CHECK(rows == 48);
+  CHECK(rows == 54);
 
   if (have_gnuplot()) {
     const std::string png = slurp(d / "r.png");
@@ -331,5 +331,57 @@ TEST_CASE("eval sinkhorn iterations: variants, their codec and their own memo") 
   CHECK(it0["overall"] == rot["overall"]);
   CHECK(preset["overall"] != rot["overall"]);
   CHECK(it4["overall"] != it0["overall"]);
+  fs::remove_all(d);
+}
+
+TEST_CASE("eval kvarn-0.1: kvtile 0.1's codec (covering rule, Sinkhorn 8) as a baseline") {
+  // dispatch: presets::kvarn with rtn_cover and 8 iterations, in the packing asked for
+  method_spec v{family::kvarn01, 128, 4, 2, kvtile::packing::fp16_scales, kvtile_eval::kvarn01_iterations};
+  kvtile::codec_params p{256, 128, 4, 2, kvtile::packing::fp16_scales};
+  bool hit = false;
+  CHECK(dispatch_method(v, p, [&](auto tag) {
+          using C = typename decltype(tag)::type;
+          hit = std::is_same_v<C, kvtile::presets::kvarn<256, 128, 4, 2, kvtile::fp16_scales, kvtile::rtn_cover, 8>>;
+        }) == kvtile::status::success);
+  CHECK(hit);
+  CHECK_FALSE(dispatch_codec(v));  // never the GPU codec of kvtile-eval (that runs dispatch(p)'s presets)
+  method_spec g64 = v;
+  g64.tile_tokens = 64;
+  CHECK(dispatch_method(g64, p, [](auto) {}) == kvtile::status::invalid_argument);
+  method_spec k8 = v;
+  k8.key_bits = k8.value_bits = 8;
+  CHECK(dispatch_method(k8, p, [](auto) {}) == kvtile::status::invalid_argument);
+  p.head_dim = 96;
+  CHECK(dispatch_method(v, p, [](auto) {}) == kvtile::status::unsupported_head_dim);
+
+  app_options o;
+  o.gen.tokens = 512;
+  o.gen.kv_heads = 2;
+  o.gen.q_heads = 4;
+  o.methods = "kvarn-0.1,kvarn+k4v2_g128+fp16";
+  o.sinkhorn_iterations = {8};  // adds no variant for fp16 presets: rejected, since none is fp8
+  o.threads = 2;
+  o.plot.clear();
+  o.progress = 0;
+  const fs::path d = temp_dir("v01");
+  o.json = (d / "v01.json").string();
+  std::ostringstream out, errs;
+  CHECK(run_app(o, out, errs) != 0);
+  o.sinkhorn_iterations.clear();
+  REQUIRE(run_app(o, out, errs) == 0);
+  const auto j = nlohmann::json::parse(slurp(d / "v01.json"));
+  REQUIRE(j["methods"].size() == 4);
+  const auto k42 = method_by_name(j, "kvarn-0.1 k4v2_g128/fp16"), k44 = method_by_name(j, "kvarn-0.1 k4v4_g128/fp16"),
+             k22 = method_by_name(j, "kvarn-0.1 k2v2_g128/fp16"), preset = method_by_name(j, "k4v2_g128/fp16");
+  REQUIRE(!k42.is_null());
+  REQUIRE(!k22.is_null());
+  CHECK(k42["ok"] == true);
+  CHECK(k42["family"] == "kvarn-0.1");
+  CHECK(k42["sinkhorn_iterations"] == 8);
+  CHECK(k42["bits_per_element"] == preset["bits_per_element"]);  // the same record layout
+  CHECK(k42["overall"]["keys"] == k44["overall"]["keys"]);        // same key side
+  CHECK(k42["overall"]["keys"] != preset["overall"]["keys"]);     // other rounding and count than the preset
+  CHECK(k42["overall"]["values"] != preset["overall"]["values"]);
+  CHECK(k22["overall"]["attention"]["kl_mean"].get<double>() > 4 * k42["overall"]["attention"]["kl_mean"].get<double>());
   fs::remove_all(d);
 }

@@ -94,12 +94,19 @@ TEST_CASE("eval token_rtn baseline: fp16 grid, error within half a step") {
 
 TEST_CASE("eval methods: every preset in both packings plus the baselines; selection") {
   const auto all = all_methods();
-  CHECK(all.size() == 24);
+  CHECK(all.size() == 27);
   std::vector<method_spec> m;
   std::string err;
   REQUIRE(select_methods("presets", m, err));
   CHECK(m.size() == 12);
   REQUIRE(select_methods("baselines", m, err));
+  CHECK(m.size() == 15);
+  REQUIRE(select_methods("kvarn-0.1", m, err));
+  REQUIRE(m.size() == 3);
+  CHECK(m[0].name() == "kvarn-0.1 k4v2_g128/fp16");
+  CHECK(m[2].name() == "kvarn-0.1 k2v2_g128/fp16");
+  CHECK(m[1].iterations == kvtile_eval::kvarn01_iterations);
+  REQUIRE(select_methods("kvarn", m, err));  // the presets only
   CHECK(m.size() == 12);
   REQUIRE(select_methods("kivi+k2v2", m, err));
   REQUIRE(m.size() == 1);

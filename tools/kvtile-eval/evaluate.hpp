@@ -265,7 +265,7 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
         mr.record_bytes = 0;
       } else {
         sinkhorn_memo* memo = nullptr;
-        if (spec.fam == family::kvarn) {
+        if (spec.fam == family::kvarn || spec.fam == family::kvarn01) {  // one Sinkhorn run per (tile, G, count)
           for (auto& mm : memos)
             if (mm.tile_tokens == spec.tile_tokens && mm.iterations == spec.iterations) memo = &mm;
           if (!memo) {
@@ -284,11 +284,11 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
         p.key_bits = spec.key_bits;
         p.value_bits = spec.value_bits;
         p.pack = spec.pack;
-        p.algo = spec.fam == family::kvarn ? kvtile::method::kvarn
-                 : spec.fam == family::kivi ? kvtile::method::kivi
-                                            : kvtile::method::rotate_rtn;
-        // The GPU codec runs the presets only (preset_iterations).
-        const bool on_device = use_device && spec.iterations == preset_iterations && device_supports(p);
+        p.algo = spec.fam == family::kivi ? kvtile::method::kivi
+                 : spec.fam == family::rotate_rtn ? kvtile::method::rotate_rtn
+                                                  : kvtile::method::kvarn;
+        // The GPU codec runs dispatch(p)'s codecs only (presets at their own count, kivi, rotate_rtn).
+        const bool on_device = use_device && dispatch_codec(spec) && device_supports(p);
         const bool on_host = !on_device || opt.compare_devices;
         std::vector<unsigned char> host_rec, dev_rec;
         const bool cmp = on_device && opt.compare_devices;

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
 
   auto* ev = app.add_option_group("Evaluation");
   ev->add_option("-m,--methods", o.methods,
-                 "comma-separated: all, presets, baselines, kvarn, kivi, rotate_rtn, token_rtn, a shape (k4v2_g128, "
+                 "comma-separated: all, presets, baselines, kvarn, kvarn-0.1 (kvtile 0.1's rounding, Sinkhorn 8, fp16 scales: "
+                 "the original KVarN record), kivi, rotate_rtn, token_rtn, a shape (k4v2_g128, "
                  "k4v2), fp8, fp16, a full name; '+' intersects (kivi+k2v2)")
       ->capture_default_str();
   ev->add_option("--sinkhorn-iterations", o.sinkhorn_iterations,

@@ -1,8 +1,10 @@
 // tools/kvtile-eval/methods.hpp: the methods kvtile-eval measures.
 //
 // A method is a kvtile preset (family kvarn) in one packing, or a baseline:
-// KIVI and Hadamard rotation + RTN (kvtile's `method` enum, through
-// kvtile::dispatch) and per-token RTN (token_rtn.hpp). all_methods() lists
+// KVarN as kvtile 0.1 and the original KVarN round it (family kvarn01:
+// min-max covering rule, no clip, Sinkhorn 8, fp16 scales), KIVI and Hadamard
+// rotation + RTN (kvtile's `method` enum, through kvtile::dispatch) and
+// per-token RTN (token_rtn.hpp). all_methods() lists
 // the default set; select_methods() parses `--methods`. A kvarn method may
 // also run at another Sinkhorn iteration count (`--sinkhorn-iterations`,
 // add_iteration_variants); dispatch_method() picks its codec.
@@ -19,7 +21,7 @@
 
 namespace kvtile_eval {
 
-enum class family { kvarn, kivi, rotate_rtn, token_rtn };
+enum class family { kvarn, kivi, rotate_rtn, token_rtn, kvarn01 };
 
 inline const char* to_string(family f) {
   switch (f) {
@@ -27,18 +29,25 @@ inline const char* to_string(family f) {
     case family::kivi: return "kivi";
     case family::rotate_rtn: return "rotate_rtn";
     case family::token_rtn: return "token_rtn";
+    case family::kvarn01: return "kvarn-0.1";
   }
   return "?";
 }
 
 // Sinkhorn iterations of the kvarn presets (sinkhorn<>'s default).
 inline constexpr int preset_iterations = kvtile::sinkhorn<>::iterations;
+// kvtile 0.1's codec (family kvarn01): its row rounding (rtn_cover: zero
+// rounded down to fp16, step rounded up until the grid covers the row, no
+// clip) and its Sinkhorn count. With fp16 scales its records are the
+// original KVarN's (docs/format.md); the baseline of docs/accuracy.md's targets.
+inline constexpr int kvarn01_iterations = 8;
+using kvarn01_rounding = kvtile::rtn_cover;
 
 struct method_spec {
   family fam = family::kvarn;
   int tile_tokens = 128, key_bits = 4, value_bits = 2;
   kvtile::packing pack = kvtile::packing::fp8_scales;
-  int iterations = preset_iterations;  // Sinkhorn iterations (kvarn only)
+  int iterations = preset_iterations;  // Sinkhorn iterations (kvarn; kvarn01: kvarn01_iterations)
 
   std::string config() const {
     return "k" + std::to_string(key_bits) + "v" + std::to_string(value_bits) + "_g" + std::to_string(tile_tokens);
@@ -47,7 +56,7 @@ struct method_spec {
     if (fam == family::token_rtn) return "fp16";
     return pack == kvtile::packing::fp8_scales ? "fp8" : "fp16";
   }
-  // e.g. "k4v2_g128/fp8", "k2v2_g128/fp8 it2", "kivi k4v2_g128/fp8", "token_rtn k4v2"
+  // e.g. "k4v2_g128/fp8", "k2v2_g128/fp8 it4", "kivi k4v2_g128/fp8", "kvarn-0.1 k4v2_g128/fp16", "token_rtn k4v2"
   std::string name() const {
     if (fam == family::token_rtn)
       return std::string("token_rtn k") + std::to_string(key_bits) + "v" + std::to_string(value_bits);
@@ -57,8 +66,8 @@ struct method_spec {
   }
 };
 
-// The Sinkhorn iteration counts kvtile-eval instantiates (8 is the presets'),
-// for the kvarn shapes k2v2_g128, k4v2_g128 and k4v4_g128 with fp8 scales.
+// The Sinkhorn iteration counts kvtile-eval instantiates (the presets' own
+// count, preset_iterations, is one of them), for the kvarn shapes k2v2_g128, k4v2_g128 and k4v4_g128 with fp8 scales.
 inline constexpr int sinkhorn_iteration_choices[] = {0, 1, 2, 4, 8, 16};
 
 inline bool iterations_supported(const method_spec& m) {
@@ -86,13 +95,51 @@ void call_iterations_shape(const method_spec& m, F& f) {
   else if (m.value_bits == 2) call_iterations<D, 4, 2>(m.iterations, f);
   else call_iterations<D, 4, 4>(m.iterations, f);
 }
+template <int D, class P, class F>
+void call_kvarn01(const method_spec& m, F& f) {
+  using kvtile::presets::kvarn;
+  using R = kvarn01_rounding;
+  constexpr int I = kvarn01_iterations;
+  if (m.key_bits == 2) f(kvtile::codec_tag<kvarn<D, 128, 2, 2, P, R, I>>{});
+  else if (m.value_bits == 2) f(kvtile::codec_tag<kvarn<D, 128, 4, 2, P, R, I>>{});
+  else f(kvtile::codec_tag<kvarn<D, 128, 4, 4, P, R, I>>{});
+}
+template <int D, class F>
+void call_kvarn01_pack(const method_spec& m, F& f) {
+  if (m.pack == kvtile::packing::fp16_scales) call_kvarn01<D, kvtile::fp16_scales>(m, f);
+  else call_kvarn01<D, kvtile::fp8_scales>(m, f);
+}
 }  // namespace detail
+
+// kvarn01 runs kvtile 0.1's codec for the G = 128 shapes k2v2, k4v2, k4v4.
+inline bool kvarn01_supported(const method_spec& m) {
+  return m.fam == family::kvarn01 && m.tile_tokens == 128 && m.iterations == kvarn01_iterations &&
+         ((m.key_bits == 2 && m.value_bits == 2) || (m.key_bits == 4 && (m.value_bits == 2 || m.value_bits == 4)));
+}
+
+// Whether m's codec is the one kvtile::dispatch(p) gives (a preset at its own
+// Sinkhorn count, kivi, rotate_rtn): the GPU codec of kvtile-eval runs only those.
+inline bool dispatch_codec(const method_spec& m) {
+  return (m.fam == family::kvarn && m.iterations == preset_iterations) || m.fam == family::kivi ||
+         m.fam == family::rotate_rtn;
+}
 
 // kvtile::dispatch(p, f) for method m: its preset, or for an iteration
 // variant (m.iterations != preset_iterations) presets::kvarn at that count (the same codec
-// but for the normalizer). p must describe m (evaluate() builds it from m).
+// but for the normalizer), or for kvarn01 presets::kvarn with kvtile 0.1's
+// rounding and count. p must describe m (evaluate() builds it from m).
 template <class F>
 kvtile::status dispatch_method(const method_spec& m, const kvtile::codec_params& p, F&& f) {
+  if (m.fam == family::kvarn01) {
+    if (!kvarn01_supported(m)) return kvtile::status::invalid_argument;
+    if (const kvtile::status s = kvtile::check(p); s != kvtile::status::success) return s;
+    switch (p.head_dim) {
+      case 64: detail::call_kvarn01_pack<64>(m, f); break;
+      case 128: detail::call_kvarn01_pack<128>(m, f); break;
+      default: detail::call_kvarn01_pack<256>(m, f); break;
+    }
+    return kvtile::status::success;
+  }
   if (m.fam != family::kvarn || m.iterations == preset_iterations) return kvtile::dispatch(p, f);
   const int* const end = std::end(sinkhorn_iteration_choices);
   if (!iterations_supported(m) || std::find(std::begin(sinkhorn_iteration_choices), end, m.iterations) == end)
@@ -143,12 +190,15 @@ inline bool add_iteration_variants(const std::vector<int>& its, std::vector<meth
 }
 
 // Every preset of presets.hpp in both packings, then the baselines at the
-// G=128 shapes: kivi and rotate_rtn (fp8 scales) and per-token RTN.
+// G=128 shapes: kvtile 0.1's KVarN with fp16 scales (k4v2, k4v4, k2v2),
+// kivi and rotate_rtn (fp8 scales) and per-token RTN.
 inline std::vector<method_spec> all_methods() {
   std::vector<method_spec> m;
   const int shapes[6][3] = {{128, 4, 2}, {128, 4, 4}, {64, 4, 2}, {64, 4, 4}, {128, 2, 2}, {128, 8, 8}};
   for (auto pk : {kvtile::packing::fp8_scales, kvtile::packing::fp16_scales})
     for (auto& s : shapes) m.push_back({family::kvarn, s[0], s[1], s[2], pk});
+  const int v01[3][2] = {{4, 2}, {4, 4}, {2, 2}};
+  for (auto& b : v01) m.push_back({family::kvarn01, 128, b[0], b[1], kvtile::packing::fp16_scales, kvarn01_iterations});
   const int base[4][2] = {{4, 2}, {4, 4}, {2, 2}, {8, 8}};
   for (auto f : {family::kivi, family::rotate_rtn, family::token_rtn})
     for (auto& b : base) m.push_back({f, 128, b[0], b[1], kvtile::packing::fp8_scales});
@@ -156,7 +206,7 @@ inline std::vector<method_spec> all_methods() {
 }
 
 // Selects methods by comma-separated terms: "all", "presets", "baselines", a
-// family ("kvarn", "kivi", "rotate_rtn", "token_rtn"), a shape ("k4v2_g128",
+// family ("kvarn", "kvarn-0.1", "kivi", "rotate_rtn", "token_rtn"), a shape ("k4v2_g128",
 // "k4v2"), a packing ("fp8", "fp16") or a full name. A method is kept when
 // every '+'-joined part of some term matches it (e.g. "kivi+k2v2").
 inline bool select_methods(const std::string& spec, std::vector<method_spec>& out, std::string& err) {
@@ -197,7 +247,7 @@ inline bool select_methods(const std::string& spec, std::vector<method_spec>& ou
       if (ok) keep[i] = any = true;
     }
     if (!any) {
-      err = "unknown method selection '" + printable(t) + "' (try all, presets, baselines, kvarn, kivi, rotate_rtn, token_rtn, "
+      err = "unknown method selection '" + printable(t) + "' (try all, presets, baselines, kvarn, kvarn-0.1, kivi, rotate_rtn, token_rtn, "
             "k4v2_g128, fp8, fp16 or a name like 'kivi k2v2_g128/fp8')";
       return false;
     }

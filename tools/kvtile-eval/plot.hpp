@@ -76,14 +76,16 @@ inline plot_status write_plot(const eval_result& r, const ranking& k, const std:
                                {"KVarN, fp16 scales", 5, "#2ca02c", {}},
                                {"KIVI", 9, "#d62728", {}},
                                {"rotate+RTN", 11, "#ff7f0e", {}},
-                               {"per-token RTN", 13, "#7f7f7f", {}}};
+                               {"per-token RTN", 13, "#7f7f7f", {}},
+                               {"KVarN, kvtile 0.1 rounding (fp16 scales)", 4, "#9467bd", {}}};
   for (std::size_t i = 0; i < r.methods.size(); ++i) {
     const auto& m = r.methods[i];
     if (!m.ok) continue;
     int g = m.spec.fam == family::kvarn ? (m.spec.pack == kvtile::packing::fp8_scales ? 0 : 1)
             : m.spec.fam == family::kivi ? 2
             : m.spec.fam == family::rotate_rtn ? 3
-                                               : 4;
+            : m.spec.fam == family::token_rtn  ? 4
+                                               : 5;
     groups[g].idx.push_back(i);
   }
   {
