@@ -279,6 +279,19 @@ TEST_CASE("eval end to end: errors are reported, a missing gnuplot only warns") 
   fs::remove_all(d);
 }
 
+// A small generated run (512 tokens x 2 KV heads, GQA 2) of `methods`, no plot or progress.
+static app_options small_generated_run(const std::string& methods, int threads) {
+  app_options o;
+  o.gen.tokens = 512;
+  o.gen.kv_heads = 2;
+  o.gen.q_heads = 4;
+  o.methods = methods;
+  o.threads = threads;
+  o.plot.clear();
+  o.progress = 0;
+  return o;
+}
+
 TEST_CASE("eval sinkhorn iterations: variants, their codec and their own memo") {
   std::vector<method_spec> ms;
   std::string err;
@@ -308,15 +321,8 @@ TEST_CASE("eval sinkhorn iterations: variants, their codec and their own memo") 
 
   // 0 iterations is rotation + RTN: equal to the rotate_rtn baseline, although
   // the preset (2 iterations) ran first on the same tiles (the memo is per count)
-  app_options o;
-  o.gen.tokens = 512;
-  o.gen.kv_heads = 2;
-  o.gen.q_heads = 4;
-  o.methods = "kvarn+k2v2_g128+fp8,rotate_rtn+k2v2";
+  app_options o = small_generated_run("kvarn+k2v2_g128+fp8,rotate_rtn+k2v2", 1);
   o.sinkhorn_iterations = {0, 4};
-  o.threads = 1;
-  o.plot.clear();
-  o.progress = 0;
   const fs::path d = temp_dir("iter");
   o.json = (d / "it.json").string();
   std::ostringstream out, errs;
@@ -354,15 +360,8 @@ TEST_CASE("eval kvarn-0.1: kvtile 0.1's codec (covering rule, Sinkhorn 8) as a b
   p.head_dim = 96;
   CHECK(dispatch_method(v, p, [](auto) {}) == kvtile::status::unsupported_head_dim);
 
-  app_options o;
-  o.gen.tokens = 512;
-  o.gen.kv_heads = 2;
-  o.gen.q_heads = 4;
-  o.methods = "kvarn-0.1,kvarn+k4v2_g128+fp16";
+  app_options o = small_generated_run("kvarn-0.1,kvarn+k4v2_g128+fp16", 2);
   o.sinkhorn_iterations = {8};  // adds no variant for fp16 presets: rejected, since none is fp8
-  o.threads = 2;
-  o.plot.clear();
-  o.progress = 0;
   const fs::path d = temp_dir("v01");
   o.json = (d / "v01.json").string();
   std::ostringstream out, errs;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <kvtile/kvtile.hpp>
@@ -109,6 +110,17 @@ void call_kvarn01_pack(const method_spec& m, F& f) {
   if (m.pack == kvtile::packing::fp16_scales) call_kvarn01<D, kvtile::fp16_scales>(m, f);
   else call_kvarn01<D, kvtile::fp8_scales>(m, f);
 }
+// check(p), then g(std::integral_constant<int, D>) for p's head_dim.
+template <class G>
+kvtile::status by_head_dim(const kvtile::codec_params& p, G&& g) {
+  if (const kvtile::status s = kvtile::check(p); s != kvtile::status::success) return s;
+  switch (p.head_dim) {
+    case 64: g(std::integral_constant<int, 64>{}); break;
+    case 128: g(std::integral_constant<int, 128>{}); break;
+    default: g(std::integral_constant<int, 256>{}); break;
+  }
+  return kvtile::status::success;
+}
 }  // namespace detail
 
 // kvarn01 runs kvtile 0.1's codec for the G = 128 shapes k2v2, k4v2, k4v4.
@@ -132,25 +144,13 @@ template <class F>
 kvtile::status dispatch_method(const method_spec& m, const kvtile::codec_params& p, F&& f) {
   if (m.fam == family::kvarn01) {
     if (!kvarn01_supported(m)) return kvtile::status::invalid_argument;
-    if (const kvtile::status s = kvtile::check(p); s != kvtile::status::success) return s;
-    switch (p.head_dim) {
-      case 64: detail::call_kvarn01_pack<64>(m, f); break;
-      case 128: detail::call_kvarn01_pack<128>(m, f); break;
-      default: detail::call_kvarn01_pack<256>(m, f); break;
-    }
-    return kvtile::status::success;
+    return detail::by_head_dim(p, [&](auto d) { detail::call_kvarn01_pack<decltype(d)::value>(m, f); });
   }
   if (m.fam != family::kvarn || m.iterations == preset_iterations) return kvtile::dispatch(p, f);
   const int* const end = std::end(sinkhorn_iteration_choices);
   if (!iterations_supported(m) || std::find(std::begin(sinkhorn_iteration_choices), end, m.iterations) == end)
     return kvtile::status::invalid_argument;
-  if (const kvtile::status s = kvtile::check(p); s != kvtile::status::success) return s;
-  switch (p.head_dim) {
-    case 64: detail::call_iterations_shape<64>(m, f); break;
-    case 128: detail::call_iterations_shape<128>(m, f); break;
-    default: detail::call_iterations_shape<256>(m, f); break;
-  }
-  return kvtile::status::success;
+  return detail::by_head_dim(p, [&](auto d) { detail::call_iterations_shape<decltype(d)::value>(m, f); });
 }
 
 // `--sinkhorn-iterations`: after each selected kvarn method that
