@@ -384,3 +384,52 @@ TEST_CASE("eval kvarn-0.1: kvtile 0.1's codec (covering rule, Sinkhorn 8) as a b
   CHECK(k22["overall"]["attention"]["kl_mean"].get<double>() > 4 * k42["overall"]["attention"]["kl_mean"].get<double>());
   fs::remove_all(d);
 }
+
+TEST_CASE("eval --fp16-own-tile, --fp16-sink-tile: decode semantics (own tile and sink tile in fp16)") {
+  app_options o = small_generated_run("kvarn+k2v2_g128+fp8,kivi+k2v2,token_rtn+k2v2", 2);
+  o.gen.tokens = 128;  // one tile: with the option every query sees only fp16 K/V
+  o.fp16_own_tile = true;
+  const fs::path d = temp_dir("own");
+  o.json = (d / "own.json").string();
+  std::ostringstream out, errs;
+  REQUIRE(run_app(o, out, errs) == 0);
+  CHECK(out.str().find("--fp16-own-tile") != std::string::npos);
+  auto j = nlohmann::json::parse(slurp(d / "own.json"));
+  CHECK(j["settings"]["fp16_own_tile"] == true);
+  for (const auto& m : j["methods"]) {
+    CHECK(m["overall"]["attention"]["rel_err_mean"] == 0.0);
+    CHECK(m["overall"]["attention"]["kl_mean"] == 0.0);
+    CHECK(m["overall"]["keys"]["snr_db"].get<double>() < 40.0);  // the tile itself is quantized
+  }
+  // 512 tokens: queries in later tiles see quantized earlier tiles; less error than with every tile quantized
+  o.gen.tokens = 512;
+  std::ostringstream out2, out3;
+  REQUIRE(run_app(o, out2, errs) == 0);
+  const auto own = nlohmann::json::parse(slurp(d / "own.json"));
+  o.fp16_own_tile = false;
+  REQUIRE(run_app(o, out3, errs) == 0);
+  const auto all = nlohmann::json::parse(slurp(d / "own.json"));
+  CHECK(all["settings"]["fp16_own_tile"] == false);
+  for (const char* name : {"k2v2_g128/fp8", "kivi k2v2_g128/fp8"}) {
+    const double e_own = method_by_name(own, name)["overall"]["attention"]["rel_err_mean"];
+    const double e_all = method_by_name(all, name)["overall"]["attention"]["rel_err_mean"];
+    CHECK(e_own > 0);
+    CHECK(e_own < e_all);
+    CHECK(method_by_name(own, name)["overall"]["keys"] == method_by_name(all, name)["overall"]["keys"]);
+  }
+  // with the sink tile in fp16 too, 256 tokens: every query sees fp16 K/V only (tile 0 sink, tile 1 own)
+  o.gen.tokens = 256;
+  o.fp16_own_tile = o.fp16_sink_tile = true;
+  std::ostringstream out4;
+  REQUIRE(run_app(o, out4, errs) == 0);
+  CHECK(out4.str().find("--fp16-sink-tile") != std::string::npos);
+  const auto both = nlohmann::json::parse(slurp(d / "own.json"));
+  CHECK(both["settings"]["fp16_sink_tile"] == true);
+  for (const auto& m : both["methods"]) CHECK(m["overall"]["attention"]["kl_mean"] == 0.0);
+  o.fp16_own_tile = false;  // sink alone: the second tile is quantized for its own queries
+  std::ostringstream out5;
+  REQUIRE(run_app(o, out5, errs) == 0);
+  const auto sink = nlohmann::json::parse(slurp(d / "own.json"));
+  CHECK(method_by_name(sink, "k2v2_g128/fp8")["overall"]["attention"]["kl_mean"].get<double>() > 0.0);
+  fs::remove_all(d);
+}

@@ -49,6 +49,7 @@ struct app_options {
   int queries_per_layer = 64;  // (position, KV head) pairs; every query head of the group attends
   int context_queries = 16;
   std::uint64_t sample_seed = 1;
+  bool fp16_own_tile = false, fp16_sink_tile = false;  // eval_options'
   std::vector<double> budgets = default_budgets();
   std::string device = "cpu";
   bool compare_devices = false;  // run host and GPU codecs, report bit-identity (implies --device cuda)
@@ -264,6 +265,8 @@ inline int run_app_unguarded(const app_options& o, std::ostream& out, std::ostre
   eo.queries = o.queries_per_layer;
   eo.context_queries = o.context_queries;
   eo.sample_seed = o.sample_seed;
+  eo.fp16_own_tile = o.fp16_own_tile;
+  eo.fp16_sink_tile = o.fp16_sink_tile;
   const bool show = o.progress == 1 || (o.progress == -1 && !o.quiet && stderr_is_terminal());
   detail::progress_meter meter(show);
   eo.progress = [&](std::size_t d, std::size_t t, const std::string& w) { meter(d, t, w); };

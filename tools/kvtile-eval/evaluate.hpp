@@ -45,6 +45,12 @@ struct eval_options {
   int queries = 64;             // sampled (position, KV head) pairs per layer; all query heads of the group attend
   int context_queries = 16;     // the same, per context checkpoint and layer
   std::uint64_t sample_seed = 1;
+  // Decode semantics (tools/kv-fidelity's): a query attends to its own
+  // tile's tokens in fp16 (an engine's tail) and to the quantized tiles
+  // before it; fp16_sink_tile also keeps the first tile in fp16 (the paged
+  // cache's sink). Off: every complete tile up to the query is quantized.
+  bool fp16_own_tile = false;
+  bool fp16_sink_tile = false;
   std::vector<method_spec> methods = all_methods();
   // GPU codec (the caller checks device_available first); compare_devices
   // also runs the host codec and compares (implies use_device).
@@ -160,6 +166,8 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
   res.context_positions = context_positions(T);
   res.queries_per_layer = opt.queries;
   res.context_queries = opt.context_queries;
+  res.fp16_own_tile = opt.fp16_own_tile;
+  res.fp16_sink_tile = opt.fp16_sink_tile;
   res.threads = threads;
   const std::size_t nctx = res.context_positions.size();
   const std::size_t nm = opt.methods.size();
@@ -361,9 +369,13 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
       parallel_for(samples.size(), threads, [&](std::size_t i, int w) {
         const detail::sample& s = samples[i];
         const std::size_t n = static_cast<std::size_t>(s.pos) + 1;
-        attention_group(s.q.data(), group, b.kh.data() + b.at(s.kv_head, 0, T, D),
-                        b.vh.data() + b.at(s.kv_head, 0, T, D), static_cast<std::size_t>(D), s.pos + 1, D,
-                        lscratch[w].data(), oscratch[w].data(), scratch[w].data());
+        const std::size_t head = b.at(s.kv_head, 0, T, D);
+        // quantized tokens: [lo, hi); the others from the original K/V
+        const int lo = opt.fp16_sink_tile ? spec.tile_tokens : 0;
+        const int hi = opt.fp16_own_tile ? s.pos / spec.tile_tokens * spec.tile_tokens : s.pos + 1;
+        attention_group(s.q.data(), group, b.kh.data() + head, b.vh.data() + head, static_cast<std::size_t>(D),
+                        s.pos + 1, D, lscratch[w].data(), oscratch[w].data(), scratch[w].data(), lo, hi,
+                        b.ko.data() + head, b.vo.data() + head);
         for (int j = 0; j < group; ++j) {
           b.s_rel[i * group + j] = relative_l2(s.out.data() + static_cast<std::size_t>(j) * D,
                                                oscratch[w].data() + static_cast<std::size_t>(j) * D,

@@ -73,6 +73,12 @@ int main(int argc, char** argv) {
                  "refuse a run whose estimated peak memory is above this many GiB (checked before allocating)")
       ->capture_default_str();
   ev->add_option("--sample-seed", o.sample_seed, "seed of the query sampling")->capture_default_str();
+  ev->add_flag("--fp16-own-tile", o.fp16_own_tile,
+               "decode semantics: a query sees its own tile's keys and values in fp16 (an engine's tail) and "
+               "only the tiles before it quantized (default: every complete tile up to the query quantized)");
+  ev->add_flag("--fp16-sink-tile", o.fp16_sink_tile,
+               "queries see the first tile (the attention sink) in fp16, as the paged cache's sink; with "
+               "--fp16-own-tile: tools/kv-fidelity's decode semantics");
   ev->add_option("--budgets", o.budgets, "attention-error budgets (fractions) for the 'best' marks")
       ->capture_default_str()
       ->delimiter(',');

@@ -101,15 +101,24 @@ inline float dot(const float* a, const float* b, int n) {
 // logp[i * n + j] and outputs out[i * D + d]. Keys and values are read once
 // for all g queries. Scores and the weighted sums run in float
 // (vectorizable), the normalization in double. `scratch` holds g * (n + D)
-// floats.
+// floats. Tokens j < lo and j >= hi are read from keys2 / values2 instead
+// (same layout: the original K/V of the sink tile and of the query's own
+// tile, --fp16-sink-tile / --fp16-own-tile).
 inline void attention_group(const float* q, int g, const float* keys, const float* values, std::size_t stride, int n,
-                            int D, double* logp, double* out, float* scratch) {
+                            int D, double* logp, double* out, float* scratch, int lo = 0, int hi = -1,
+                            const float* keys2 = nullptr, const float* values2 = nullptr) {
+  if (!keys2 || !values2) {
+    lo = 0;
+    hi = n;
+  }
+  if (hi < 0) hi = n;
+  auto from = [&](int j, const float* a, const float* b) { return (j >= lo && j < hi) ? a : b; };
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   float* scores = scratch;                                // g x n
   float* acc = scratch + static_cast<std::size_t>(g) * n;  // g x D
   const std::size_t un = static_cast<std::size_t>(n);
   for (int j = 0; j < n; ++j) {
-    const float* k = keys + static_cast<std::size_t>(j) * stride;
+    const float* k = from(j, keys, keys2) + static_cast<std::size_t>(j) * stride;
     for (int i = 0; i < g; ++i) scores[i * un + j] = dot(q + static_cast<std::size_t>(i) * D, k, D) * scale;
   }
   std::vector<double> z(static_cast<std::size_t>(g));
@@ -128,7 +137,7 @@ inline void attention_group(const float* q, int g, const float* keys, const floa
   }
   for (std::size_t i = 0; i < static_cast<std::size_t>(g) * D; ++i) acc[i] = 0.0f;
   for (int j = 0; j < n; ++j) {
-    const float* v = values + static_cast<std::size_t>(j) * stride;
+    const float* v = from(j, values, values2) + static_cast<std::size_t>(j) * stride;
     for (int i = 0; i < g; ++i) {
       const float p = static_cast<float>(logp[i * un + j]);
       float* a = acc + static_cast<std::size_t>(i) * D;

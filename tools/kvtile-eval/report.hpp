@@ -58,7 +58,10 @@ inline void print_table(const eval_result& r, const ranking& k, std::ostream& o)
     o << "  device: " << r.device << " (tiles encoded and decoded by the GPU codec, metrics on the host"
       << (r.compared ? "; host codec run too and compared" : "") << ")\n";
   o << "  tokens of a trailing partial tile stay fp16 (as an engine's tail); 'bits' counts a quantized tile "
-       "(K and V, all metadata)\n\n";
+       "(K and V, all metadata)\n";
+  if (r.fp16_own_tile) o << "  --fp16-own-tile: each query sees its own tile in fp16 and the tiles before it quantized\n";
+  if (r.fp16_sink_tile) o << "  --fp16-sink-tile: queries see the first tile (the sink) in fp16\n";
+  o << "\n";
   const std::size_t wn = 26;
   o << pad("method", wn, true) << pad("bits", 7) << pad("x fp16", 8) << pad("K SNR", 8) << pad("V SNR", 8)
     << pad("K cos", 9) << pad("V cos", 9) << pad("K tok w5%", 11) << pad("V tok w5%", 11) << pad("attn err", 10)
@@ -169,7 +172,9 @@ inline nlohmann::json to_json(const eval_result& r, const ranking& k) {
                    {"device", r.device},
                    {"context_positions", r.context_positions},
                    {"primary_metric", "attention.rel_err_mean"},
-                   {"partial_tile_tokens", "kept in fp16"}};
+                   {"partial_tile_tokens", "kept in fp16"},
+                   {"fp16_own_tile", r.fp16_own_tile},
+                   {"fp16_sink_tile", r.fp16_sink_tile}};
   nlohmann::json budgets = nlohmann::json::array();
   for (std::size_t b = 0; b < k.budgets.size(); ++b)
     budgets.push_back({{"attn_rel_err_max", k.budgets[b]},

@@ -49,6 +49,7 @@ struct eval_result {
   query_source qsrc = query_source::keys_proxy;
   std::vector<int> context_positions;
   int queries_per_layer = 0, context_queries = 0;
+  bool fp16_own_tile = false, fp16_sink_tile = false;  // eval_options'
   int threads = 1;
   double seconds = 0;
   std::string device = "cpu";  // "cuda" when use_device
