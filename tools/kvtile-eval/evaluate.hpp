@@ -273,7 +273,7 @@ bool evaluate(const dataset& ds, const eval_options& opt, eval_result& res, std:
         mr.record_bytes = 0;
       } else {
         sinkhorn_memo* memo = nullptr;
-        if (spec.fam == family::kvarn || spec.fam == family::kvarn01) {  // one Sinkhorn run per (tile, G, count)
+        if (spec.has_sinkhorn()) {  // one Sinkhorn run per (tile, G, count)
           for (auto& mm : memos)
             if (mm.tile_tokens == spec.tile_tokens && mm.iterations == spec.iterations) memo = &mm;
           if (!memo) {

@@ -65,6 +65,13 @@ struct method_spec {
     if (fam == family::kvarn && iterations != preset_iterations) n += " it" + std::to_string(iterations);
     return fam == family::kvarn ? n : std::string(to_string(fam)) + " " + n;
   }
+  // The kvarn shapes with variants here: k2v2, k4v2, k4v4 at G = 128.
+  bool g128_kvarn_shape() const {
+    return tile_tokens == 128 &&
+           ((key_bits == 2 && value_bits == 2) || (key_bits == 4 && (value_bits == 2 || value_bits == 4)));
+  }
+  // Methods with a Sinkhorn count of their own (`iterations`).
+  bool has_sinkhorn() const { return fam == family::kvarn || fam == family::kvarn01; }
 };
 
 // The Sinkhorn iteration counts kvtile-eval instantiates (the presets' own
@@ -72,8 +79,7 @@ struct method_spec {
 inline constexpr int sinkhorn_iteration_choices[] = {0, 1, 2, 4, 8, 16};
 
 inline bool iterations_supported(const method_spec& m) {
-  return m.fam == family::kvarn && m.tile_tokens == 128 && m.pack == kvtile::packing::fp8_scales &&
-         ((m.key_bits == 2 && m.value_bits == 2) || (m.key_bits == 4 && (m.value_bits == 2 || m.value_bits == 4)));
+  return m.fam == family::kvarn && m.pack == kvtile::packing::fp8_scales && m.g128_kvarn_shape();
 }
 
 namespace detail {
@@ -90,25 +96,14 @@ void call_iterations(int it, F& f) {
     default: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 16>>{}); break;
   }
 }
-template <int D, class F>
-void call_iterations_shape(const method_spec& m, F& f) {
-  if (m.key_bits == 2) call_iterations<D, 2, 2>(m.iterations, f);
-  else if (m.value_bits == 2) call_iterations<D, 4, 2>(m.iterations, f);
-  else call_iterations<D, 4, 4>(m.iterations, f);
-}
-template <int D, class P, class F>
-void call_kvarn01(const method_spec& m, F& f) {
-  using kvtile::presets::kvarn;
-  using R = kvarn01_rounding;
-  constexpr int I = kvarn01_iterations;
-  if (m.key_bits == 2) f(kvtile::codec_tag<kvarn<D, 128, 2, 2, P, R, I>>{});
-  else if (m.value_bits == 2) f(kvtile::codec_tag<kvarn<D, 128, 4, 2, P, R, I>>{});
-  else f(kvtile::codec_tag<kvarn<D, 128, 4, 4, P, R, I>>{});
-}
-template <int D, class F>
-void call_kvarn01_pack(const method_spec& m, F& f) {
-  if (m.pack == kvtile::packing::fp16_scales) call_kvarn01<D, kvtile::fp16_scales>(m, f);
-  else call_kvarn01<D, kvtile::fp8_scales>(m, f);
+// g(integral_constant KB, integral_constant VB) for a g128_kvarn_shape() method.
+template <class G>
+void by_shape(const method_spec& m, G&& g) {
+  using two = std::integral_constant<int, 2>;
+  using four = std::integral_constant<int, 4>;
+  if (m.key_bits == 2) g(two{}, two{});
+  else if (m.value_bits == 2) g(four{}, two{});
+  else g(four{}, four{});
 }
 // check(p), then g(std::integral_constant<int, D>) for p's head_dim.
 template <class G>
@@ -123,10 +118,10 @@ kvtile::status by_head_dim(const kvtile::codec_params& p, G&& g) {
 }
 }  // namespace detail
 
-// kvarn01 runs kvtile 0.1's codec for the G = 128 shapes k2v2, k4v2, k4v4.
+// kvarn01 runs kvtile 0.1's codec with fp16 scales for the G = 128 shapes k2v2, k4v2, k4v4.
 inline bool kvarn01_supported(const method_spec& m) {
-  return m.fam == family::kvarn01 && m.tile_tokens == 128 && m.iterations == kvarn01_iterations &&
-         ((m.key_bits == 2 && m.value_bits == 2) || (m.key_bits == 4 && (m.value_bits == 2 || m.value_bits == 4)));
+  return m.fam == family::kvarn01 && m.pack == kvtile::packing::fp16_scales && m.iterations == kvarn01_iterations &&
+         m.g128_kvarn_shape();
 }
 
 // Whether m's codec is the one kvtile::dispatch(p) gives (a preset at its own
@@ -144,13 +139,22 @@ template <class F>
 kvtile::status dispatch_method(const method_spec& m, const kvtile::codec_params& p, F&& f) {
   if (m.fam == family::kvarn01) {
     if (!kvarn01_supported(m)) return kvtile::status::invalid_argument;
-    return detail::by_head_dim(p, [&](auto d) { detail::call_kvarn01_pack<decltype(d)::value>(m, f); });
+    return detail::by_head_dim(p, [&](auto d) {
+      detail::by_shape(m, [&](auto kb, auto vb) {
+        f(kvtile::codec_tag<kvtile::presets::kvarn<decltype(d)::value, 128, decltype(kb)::value, decltype(vb)::value,
+                                                   kvtile::fp16_scales, kvarn01_rounding, kvarn01_iterations>>{});
+      });
+    });
   }
   if (m.fam != family::kvarn || m.iterations == preset_iterations) return kvtile::dispatch(p, f);
   const int* const end = std::end(sinkhorn_iteration_choices);
   if (!iterations_supported(m) || std::find(std::begin(sinkhorn_iteration_choices), end, m.iterations) == end)
     return kvtile::status::invalid_argument;
-  return detail::by_head_dim(p, [&](auto d) { detail::call_iterations_shape<decltype(d)::value>(m, f); });
+  return detail::by_head_dim(p, [&](auto d) {
+    detail::by_shape(m, [&](auto kb, auto vb) {
+      detail::call_iterations<decltype(d)::value, decltype(kb)::value, decltype(vb)::value>(m.iterations, f);
+    });
+  });
 }
 
 // `--sinkhorn-iterations`: after each selected kvarn method that

@@ -190,9 +190,8 @@ inline nlohmann::json to_json(const eval_result& r, const ranking& k) {
                         {"tile_tokens", m.spec.tile_tokens},
                         {"key_bits", m.spec.key_bits},
                         {"value_bits", m.spec.value_bits},
-                        {"sinkhorn_iterations", m.spec.fam == family::kvarn || m.spec.fam == family::kvarn01
-                                                    ? nlohmann::json(m.spec.iterations)
-                                                    : nlohmann::json()},
+                        {"sinkhorn_iterations", m.spec.has_sinkhorn() ? nlohmann::json(m.spec.iterations)
+                                                                      : nlohmann::json()},
                         {"ok", m.ok}};
     if (!m.ok) {
       e["error"] = m.error;
