@@ -251,10 +251,10 @@ double fp16_baseline(const shape& s) {
 // done before the step), and with one_call also the one-call paged_decode.
 // Units of 8 query rows (each record read once per 8 query heads), and the
 // 16-row kernel with two stages per ring: comparisons for groups of 16.
-struct rows8_policy : attention::decode_policy {
+struct rows8_policy : attention::decode_policy_sm90 {
   static constexpr int max_unit_rows = 8;
 };
-struct wide2_policy : attention::decode_policy {
+struct wide2_policy : attention::decode_policy_sm90 {
   static constexpr int wide_stages = 2;
 };
 
@@ -408,8 +408,10 @@ int main(int argc, char** argv) {
   }
   const char* json = nullptr;
   bool quick = false;  // --quick: fp16 baseline and k4v2_g128 only (compile-time variant comparisons)
+  bool policies = false;  // --policies: also k4v2_g128 D = 128 under each forced non-Hopper policy
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--policies")) policies = true;
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(50, std::atoi(argv[++i]));
     // --shape "B,Hq,Hkv,D,tokens" or a ragged batch's name, --kernel a row's kernel name: only those
@@ -470,6 +472,12 @@ int main(int argc, char** argv) {
     } else {
       f = fp16_baseline<128>(s);
       quant_run<k4v2_g128<128>>("k4v2_g128", s, f, true);
+      if (policies) {  // the other GPUs' configurations on this one (docs/attention.md, "Architectures")
+        quant_run<k4v2_g128<128>, half_t, attention::forced<attention::decode_policy_sm80>>("k4v2_g128_sm80", s, f, false);
+        quant_run<k4v2_g128<128>, half_t, attention::forced<attention::decode_policy_sm86>>("k4v2_g128_sm86", s, f, false);
+        quant_run<k4v2_g128<128>, half_t, attention::forced<attention::decode_policy_sm120>>("k4v2_g128_sm120", s, f,
+                                                                                               false);
+      }
       if (s.Hq == 16 * s.Hkv) {
         quant_run<k4v2_g128<128>, half_t, rows8_policy>("k4v2_g128_rows8", s, f, false);
         quant_run<k4v2_g128<128>, half_t, wide2_policy>("k4v2_g128_wide2", s, f, false);

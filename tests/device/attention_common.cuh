@@ -291,7 +291,7 @@ struct run_result {
   std::vector<float> lse;
 };
 
-template <class Codec, class QT>
+template <class Codec, class QT, class Policy = attention::decode_policy>
 run_result run_quant(quant_cache<Codec>& qc, const std::vector<QT>& q, int q_heads, float scale, int num_splits,
                      kvtile::status* st_out = nullptr) {
   paged_cache_view v = qc.view();
@@ -311,7 +311,7 @@ run_result run_quant(quant_cache<Codec>& qc, const std::vector<QT>& q, int q_hea
   dbuf<std::uint8_t> ws(wsb);
   a.workspace = ws.p;
   a.workspace_bytes = wsb;
-  const status st = attention::paged_decode<Codec>(v, a);
+  const status st = attention::paged_decode<Codec, Policy>(v, a);
   if (st_out) *st_out = st;
   run_result r;
   if (st != status::success) {
@@ -353,7 +353,7 @@ struct fp16_error {
 // One case of the accuracy sweep: compares against the fp64 reference on the
 // dequantized cache (pass/fail, tolerance 1e-3 per row) and reports the error
 // against unquantized fp16 attention (returned).
-template <class Codec, class QT>
+template <class Codec, class QT, class Policy = attention::decode_policy>
 fp16_error accuracy_case(const case_cfg& c, const char* name) {
   constexpr int D = Codec::D;
   std::mt19937_64 rng(c.seed);
@@ -363,7 +363,7 @@ fp16_error accuracy_case(const case_cfg& c, const char* name) {
   const int Hq = c.kv_heads * c.group;
   auto q = random_queries<QT>(c.num_seqs * Hq * D, rng);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  run_result r = run_quant<Codec, QT>(qc, q, Hq, scale, c.num_splits);
+  run_result r = run_quant<Codec, QT, Policy>(qc, q, Hq, scale, c.num_splits);
   if (r.out.empty()) return {};
   double max_rel = 0, max_lse = 0;
   fp16_error e16;
@@ -416,6 +416,99 @@ fp16_error accuracy_case(const case_cfg& c, const char* name) {
   std::printf("  %s\n", buf);
   check(finite && max_rel <= tol && max_lse <= 1e-3, buf);
   return e16;
+}
+
+// fp16 baseline vs fp64 on the same fp16 data (original frame).
+template <int D, class Policy = attention::decode_policy>
+void fp16_baseline_test(const std::vector<int>& lens, int group, std::uint64_t seed) {
+  constexpr int PT = attention::fp16_kernel_traits<D>::page_tokens;
+  const int S = static_cast<int>(lens.size()), H = 2, Hq = H * group;
+  std::mt19937_64 rng(seed);
+  int max_pages = 1, total = 0;
+  for (int L : lens) {
+    max_pages = std::max(max_pages, (L + PT - 1) / PT);
+    total += (L + PT - 1) / PT;
+  }
+  const int num_pages = total + 2;
+  std::vector<std::int32_t> perm(num_pages), ptab(static_cast<std::size_t>(S) * max_pages, -1);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int next = 0;
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < (lens[s] + PT - 1) / PT; ++i) ptab[static_cast<std::size_t>(s) * max_pages + i] = perm[next++];
+  const std::size_t blk = static_cast<std::size_t>(PT) * D;
+  std::vector<half_t> hk(static_cast<std::size_t>(num_pages) * H * blk, half_t::from_bits(0x7e00)), hv = hk;
+  std::vector<std::vector<double>> K(S * H), V(S * H);
+  for (int s = 0; s < S; ++s)
+    for (int h = 0; h < H; ++h) {
+      auto k = random_tokens(lens[s], D, rng, 8.0), v = random_tokens(lens[s], D, rng, 2.0);
+      K[s * H + h].resize(k.size());
+      V[s * H + h].resize(v.size());
+      for (std::size_t e = 0; e < k.size(); ++e) {
+        K[s * H + h][e] = k[e].to_float();
+        V[s * H + h][e] = v[e].to_float();
+      }
+      for (int t = 0; t < lens[s]; ++t) {
+        const int page = ptab[static_cast<std::size_t>(s) * max_pages + t / PT];
+        const std::size_t off = (static_cast<std::size_t>(page) * H + h) * blk + static_cast<std::size_t>(t % PT) * D;
+        std::copy(k.begin() + static_cast<std::size_t>(t) * D, k.begin() + static_cast<std::size_t>(t + 1) * D, hk.begin() + off);
+        std::copy(v.begin() + static_cast<std::size_t>(t) * D, v.begin() + static_cast<std::size_t>(t + 1) * D, hv.begin() + off);
+      }
+    }
+  dbuf<half_t> dk, dv;
+  dk.upload(hk);
+  dv.upload(hv);
+  dbuf<std::int32_t> dpt, dl;
+  dpt.upload(ptab);
+  std::vector<std::int32_t> l32(lens.begin(), lens.end());
+  dl.upload(l32);
+  fp16_paged_cache_view fv;
+  fv.k = dk.p;
+  fv.v = dv.p;
+  fv.page_table = dpt.p;
+  fv.seq_lens = dl.p;
+  fv.num_seqs = S;
+  fv.kv_heads = H;
+  fv.head_dim = D;
+  fv.page_tokens = PT;
+  fv.max_pages_per_seq = max_pages;
+  fv.num_pages = num_pages;
+  auto q = random_queries<half_t>(S * Hq * D, rng);
+  dbuf<half_t> dq, dout(q.size());
+  dq.upload(q);
+  ATTN_CUDA(cudaMemset(dout.p, 0xFF, q.size() * 2));
+  attention::decode_args<half_t> a;
+  a.q = dq.p;
+  a.out = dout.p;
+  a.q_heads = Hq;
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::size_t wsb = attention::workspace_bytes_fp16<D>(fv, Hq);
+  dbuf<std::uint8_t> ws(wsb);
+  a.workspace = ws.p;
+  a.workspace_bytes = wsb;
+  const status st = attention::paged_decode_fp16<D, Policy>(fv, a);
+  check(st == status::success, "fp16 baseline launch");
+  ATTN_CUDA(cudaDeviceSynchronize());
+  auto ho = dout.download();
+  double worst = 0;
+  bool finite = true;
+  std::vector<double> qd(D), o(D), got(D);
+  for (int s = 0; s < S; ++s)
+    for (int qh = 0; qh < Hq; ++qh) {
+      const std::size_t row = static_cast<std::size_t>(s) * Hq + qh;
+      for (int d = 0; d < D; ++d) {
+        qd[d] = q[row * D + d].to_float();
+        got[d] = ho[row * D + d].to_float();
+        finite = finite && std::isfinite(got[d]);
+      }
+      attend(qd.data(), K[s * H + qh / group], V[s * H + qh / group], lens[s], D, a.softmax_scale, o.data());
+      worst = std::max(worst, rel_err(got.data(), o.data(), D));
+    }
+  g_max_rel = std::max(g_max_rel, worst);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "fp16 baseline D=%d group=%d: rel err vs fp64 %.2e (tol 1e-3)", D, group, worst);
+  check(finite && worst <= 1e-3, buf);
+  std::printf("  %s\n", buf);
 }
 
 }  // namespace attn_test

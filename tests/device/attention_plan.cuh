@@ -151,6 +151,35 @@ void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const 
   }
 }
 
+// A plan and the one-call path on separate workspaces: the one-call launch
+// between plan and run leaves the plan's work list intact (the contract of
+// docs/attention.md, "Workspaces": one workspace per plan, another for
+// paged_decode).
+template <class Codec>
+void separate_workspace_case() {
+  case_cfg c;
+  c.num_seqs = 4;
+  c.kv_heads = 2;
+  c.group = 4;
+  c.sink = true;
+  c.lens = {9 * Codec::G + 5, 1, 3 * Codec::G, 40 * Codec::G + 17};
+  std::mt19937_64 rng(909);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  const mods m{};
+  step<Codec> planned(qc, 8, rng, m), other(qc, 8, rng, m);
+  attention::decode_plan plan;
+  check(plan.plan<Codec>(qc.view(), qc.lens.data(), planned.a) == status::success, "separate workspaces: plan");
+  other.poison();
+  check(attention::paged_decode<Codec>(qc.view(), other.a) == status::success,
+        "separate workspaces: one-call path on its own workspace");
+  planned.poison();
+  check(plan.run<Codec>(qc.view(), planned.a) == status::success, "separate workspaces: run after the one-call path");
+  check_step<Codec>(qc, planned, m, "separate workspaces: run after a one-call launch on another workspace");
+  check_step<Codec>(qc, other, m, "separate workspaces: the one-call output");
+}
+
 // Forced chunk counts and PDL off change results only by fp32 merge rounding.
 template <class Codec>
 void invariance_case() {
@@ -195,7 +224,7 @@ void invariance_case() {
 
 // run() captured once in a CUDA graph; new lengths (device and host) and a new
 // plan before each replay; every replay checked against fp64.
-template <class Codec>
+template <class Codec, class Policy = attention::decode_policy>
 void graph_case(bool small) {
   constexpr int G = Codec::G;
   case_cfg c;
@@ -217,10 +246,10 @@ void graph_case(bool small) {
   cudaStream_t stream;
   ATTN_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   attention::decode_plan plan;
-  check(plan.plan<Codec>(qc.view(), qc.lens.data(), st.a, stream) == status::success, "graph: first plan");
+  check(plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), st.a, stream) == status::success, "graph: first plan");
   cudaGraph_t graph;
   ATTN_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const status rs = plan.run<Codec>(qc.view(), st.a, stream);
+  const status rs = plan.run<Codec, Policy>(qc.view(), st.a, stream);
   ATTN_CUDA(cudaStreamEndCapture(stream, &graph));
   check(rs == status::success, std::string("graph: run captured (") + to_string(rs) + ")");
   cudaGraphExec_t exec;
@@ -237,7 +266,7 @@ void graph_case(bool small) {
     qc.lens.assign(steps[k].begin(), steps[k].end());
     ATTN_CUDA(cudaMemcpyAsync(qc.d_lens.p, qc.lens.data(), qc.lens.size() * sizeof(std::int32_t),
                               cudaMemcpyHostToDevice, stream));
-    const status ps = plan.plan<Codec>(qc.view(), qc.lens.data(), st.a, stream);
+    const status ps = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), st.a, stream);
     check(ps == status::success, "graph: re-plan with new lengths");
     ATTN_CUDA(cudaMemsetAsync(st.out.p, 0xFF, st.out.n * sizeof(half_t), stream));
     ATTN_CUDA(cudaGraphLaunch(exec, stream));
@@ -252,7 +281,7 @@ void graph_case(bool small) {
   qc.lens = full;
   ATTN_CUDA(cudaMemcpy(qc.d_lens.p, qc.lens.data(), qc.lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
   ATTN_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const status os = attention::paged_decode<Codec>(qc.view(), st.a, stream);
+  const status os = attention::paged_decode<Codec, Policy>(qc.view(), st.a, stream);
   ATTN_CUDA(cudaStreamEndCapture(stream, &graph));
   check(os == status::success, "graph: paged_decode captured");
   ATTN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
@@ -336,7 +365,7 @@ void api_case() {
 
 // Units of 8 query rows (each record read once per 8 rows): the kernels of
 // the default policy before the 16-row units, for comparisons.
-struct rows8_policy : attention::decode_policy {
+struct rows8_policy : attention::decode_policy_sm90 {
   static constexpr int max_unit_rows = 8;
 };
 
@@ -382,7 +411,7 @@ void unit_rows_case(int group, std::vector<int> lens, const mods& m, std::uint64
 // window and soft-cap counted from its position. Plan/run; new token counts on
 // the device with the same plan (n_s may change between replays); then the
 // one-call path (last: it reuses the workspace, which holds the plan's work list).
-template <class Codec, class QT = half_t>
+template <class Codec, class QT = half_t, class Policy = attention::decode_policy>
 void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads, int group, bool sink, const mods& m,
              std::uint64_t seed, const char* name, int max_ctas = 0) {
   constexpr int D = Codec::D;
@@ -472,9 +501,9 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
   set_counts(n);
   ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
   ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
-  status st = plan.plan<Codec>(qc.view(), qc.lens.data(), a);
+  status st = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), a);
   check(st == status::success, std::string(name) + ": multi-query plan (" + to_string(st) + ")");
-  st = plan.run<Codec>(qc.view(), a);
+  st = plan.run<Codec, Policy>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query run (" + to_string(st) + ")");
   verify(n, "plan/run");
   // Other counts (every one <= max_q), same plan.
@@ -485,13 +514,13 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
   set_counts(n2);
   ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
   ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
-  st = plan.run<Codec>(qc.view(), a);
+  st = plan.run<Codec, Policy>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query run, new counts");
   verify(n2, "new counts, same plan");
   set_counts(n);
   ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
   ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
-  st = attention::paged_decode<Codec>(qc.view(), a);
+  st = attention::paged_decode<Codec, Policy>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query paged_decode (" + to_string(st) + ")");
   verify(n, "one-call");
 }
@@ -605,6 +634,7 @@ inline void run_plan_tests(bool small) {
   invariance_case<C>();
   std::printf("CUDA graph:\n");
   graph_case<C>(small);
+  separate_workspace_case<C>();
   std::printf("corrupt page table:\n");
   corrupt_table_case<C>();
   api_case();

@@ -9,7 +9,7 @@ namespace attn_test {
 // --small (for the compute-sanitizer runs): only the first case of each preset.
 inline bool g_sweep_small = false;
 
-template <class Codec>
+template <class Codec, class Policy = attention::decode_policy>
 void sweep_codec(const char* name, int idx, std::vector<std::string>& fp16_report) {
   constexpr int G = Codec::G;
   static const int groups[5] = {1, 2, 4, 8, 16};
@@ -22,7 +22,7 @@ void sweep_codec(const char* name, int idx, std::vector<std::string>& fp16_repor
     c.sink = false;
     c.lens = {0, 1, G + 3, 4 * G - 1, 3 * G};
     c.seed = 1000 + idx;
-    e16.merge(accuracy_case<Codec, half_t>(c, name));
+    e16.merge(accuracy_case<Codec, half_t, Policy>(c, name));
   }
   if (!g_sweep_small) {
     case_cfg c;
@@ -32,7 +32,7 @@ void sweep_codec(const char* name, int idx, std::vector<std::string>& fp16_repor
     c.sink = true;
     c.lens = {G, 2 * G + 1, 5 * G + 7, G - 1};
     c.seed = 2000 + idx;
-    e16.merge(accuracy_case<Codec, half_t>(c, name));
+    e16.merge(accuracy_case<Codec, half_t, Policy>(c, name));
   }
   char buf[256];
   std::snprintf(buf, sizeof buf,

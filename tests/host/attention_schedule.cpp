@@ -172,3 +172,41 @@ TEST_CASE("attention schedule: balance") {
   check_schedule(r, s3);
   CHECK(s3.chunks == 0);
 }
+
+// Launch shapes and workspace sizes: every size is computed in 64 bits from a
+// shape the grid can hold; anything else is rejected before a size exists.
+TEST_CASE("attention schedule: launch shapes and workspace sizes never overflow") {
+  using kvtile::attention::detail::launch_shape_ok;
+  using kvtile::attention::detail::layout_for;
+  using kvtile::attention::detail::workspace_bound;
+  CHECK(launch_shape_ok(16, 8, 32, 1));
+  CHECK(launch_shape_ok(0, 8, 32, 8));
+  CHECK(launch_shape_ok(65535, 8, 128, 8));
+  CHECK_FALSE(launch_shape_ok(65536, 8, 32, 1));       // grid z
+  CHECK_FALSE(launch_shape_ok(-1, 8, 32, 1));
+  CHECK_FALSE(launch_shape_ok(1, 8, 12, 1));           // q_heads not a multiple of kv_heads
+  CHECK_FALSE(launch_shape_ok(1, 0, 32, 1));
+  CHECK_FALSE(launch_shape_ok(1, 8, 0, 1));
+  CHECK_FALSE(launch_shape_ok(1, 8, 32, 0));
+  CHECK_FALSE(launch_shape_ok(1, 8, 32, 9));
+  // 8 x 2^30 rows per KV head overflowed an int; kv_heads x groups over 65535 (grid y).
+  CHECK_FALSE(launch_shape_ok(1, 1, 1 << 30, 8));
+  CHECK_FALSE(launch_shape_ok(1, 1 << 20, 1 << 30, 1));
+  CHECK_FALSE(launch_shape_ok(1, 65536, 65536, 1));
+  CHECK(launch_shape_ok(1, 65535, 65535, 1));
+  // The reported combination answered 6.9e18 bytes: now no size at all.
+  CHECK(workspace_bound(2147483647, 1 << 20, 1 << 30, 0, 132, 128, 1) == 0);
+  CHECK(workspace_bound(16, 8, 32, -1, 132, 128, 1) == 0);
+  CHECK(workspace_bound(16, 8, 32, 4097, 132, 128, 1) == 0);
+  CHECK(workspace_bound(16, 8, 32, 0, 0, 128, 1) == 0);
+  // The largest accepted shape: sizes exact in 64 bits (checked against long double).
+  const std::size_t big = workspace_bound(65535, 65535, 65535 * 2, 4096, 1024, 256, 1);
+  REQUIRE(big > 0);
+  const auto L = layout_for(65535, 65535, 65535 * 2, 4096, 1024, 256, 16, 1);
+  const long double rows = static_cast<long double>(L.chunks) * 2;  // slot rows: 2 query rows per KV head
+  CHECK(static_cast<long double>(L.ml) >= rows * 256 * 4);
+  CHECK(static_cast<long double>(big) < 1.0e19L);
+  CHECK(big >= L.bytes);
+  // Ordinary shapes are unchanged: batch 16, 32 / 8 heads, D 128 on 132 SMs.
+  CHECK(workspace_bound(16, 8, 32, 0, 132, 128, 1) == layout_for(16, 8, 32, 0, 132, 128, 8, 1).bytes);
+}

@@ -7,6 +7,8 @@
 //   kvtile::attention::decode_plan plan;
 //   status s = plan.plan<Codec>(cache, host_seq_lens, a, stream);  // host: balanced chunks, work list uploaded
 //   s = plan.run<Codec>(cache, a, stream);                         // device: capturable in a CUDA graph
+//   // the policy of the current GPU is chosen from the default chain (decode_policy: sm_80 .. sm_120);
+//   // plan<Codec, attention::forced<attention::decode_policy_sm86>> runs another GPU's configuration
 //   // or, in one call without host lengths: kvtile::attention::paged_decode<Codec>(cache, a, stream)
 //
 // Multi-query (decode_args::qo_indptr, max_q_tokens <= 8): the query rows of a
@@ -21,8 +23,9 @@
 // Structure: a unit is one (sequence, KV head, query group of up to 16 query
 // heads: one or two n-blocks of the MMA's N = 8); its tiles are cut into chunks (detail/schedule.hpp),
 // and each persistent CTA runs its chunks one after the other. The CTA's warps
-// take whole tiles (a record, the sink or the tail), fetched by cp.async.bulk
-// into shared-memory stages (mbarriers; one copy per record); QK and PV run on
+// take whole tiles (a record, the sink or the tail), fetched into shared-memory
+// stages that complete on mbarriers (cp.async.bulk on sm_90+, 16-byte cp.async
+// below; the policy of the GPU's architecture sizes them); QK and PV run on
 // mma.sync m16n8k16 with codes converted in registers; the scales are folded
 // out of the inner loop; the softmax is online in fp32. Warps merge in shared
 // memory, chunks merge by log-sum-exp in a second kernel that also un-rotates.
@@ -36,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -53,125 +57,277 @@
 #include "decode_args.hpp"
 #include "detail/host.cuh"
 #include "detail/kernels.cuh"
-#include "detail/launch.cuh"
+#include "../detail/launch.cuh"
 #include "detail/schedule.hpp"
 
 KVTILE_NAMESPACE_BEGIN
 namespace attention {
 
-// ---------------------------------------------------------------- quantized cache
+// ---------------------------------------------------------------- policies
 
-// The tunables of the quantized kernel (measured on the H200, k4v2_g128
-// D = 128, docs/attention.md): the ring kernel's stages per warp and warps
-// (2 and 8: 255 registers; one stage per warp with 12 / 16 warps measured
-// slower), and the stage-pool kernel's stages and warps (16 shared by 12:
-// 168 registers; faster than the ring kernel for long chunks, slower for
-// short ones, hence used for chunks of >= 128 tiles; 0 stages: no pool
-// kernel). Groups of more than 8 query heads per KV head run 16 query rows
-// per unit (max_unit_rows = 16; 8: units of 8 rows, each record read once per
-// 8 rows) on the two-n-block ring kernel: rings of two warps (one per 8
-// rows) sharing each record, wide_stages stages per ring. A policy with other
-// values is another set of kernels.
-struct decode_policy {
+// A decode policy: the shared memory the kernels plan for, the load path and
+// the tunables, for the kernel images of targets [min_arch, max_arch) (10 x
+// the compute capability a translation unit is compiled for: 800 for sm_80 or
+// compute_80 PTX, 900 for sm_90a). Kernels of a policy have a body only on its
+// targets (others trap), so each target compiles the policies its devices can
+// use, and the host picks the policy by the same rule from the image the
+// device runs (its PTX version) and the device's opt-in shared memory.
+//
+// Fields: smem_budget (bytes of shared memory per block the plan may use;
+// every kernel of the policy static_asserts it), bulk_copies (records fetched
+// by cp.async.bulk with mbarrier transaction counts where the target has them,
+// sm_90+; otherwise 16-byte cp.async by the issuing warp), the ring kernel's
+// stages per warp and rings (max_rings), the stage-pool kernel for long chunks
+// (pool_warps share pool_stages stages; 0 stages: none), units of 16 query
+// rows (max_unit_rows 16: two-n-block rings of wide_stages stages), and the
+// fp16 baseline's stages per warp (fp16_stages).
+//
+// decode_policy_sm90 is the measured one (H200, k4v2_g128 D = 128,
+// docs/attention.md: 2 stages x 8 rings = 255 registers; a 16-stage pool
+// shared by 12 warps for chunks of >= 128 tiles; 16-row units on rings of two
+// warps with 3 stages). The others size the same kernels for their budgets.
+struct decode_policy_sm90 {
+  static constexpr int min_arch = 900;   // H100, H200, GH200, B200, GB200 (sm_90 .. sm_11x images)
+  static constexpr int max_arch = 1200;
+  static constexpr std::size_t smem_budget = 232448;  // 227 KB
+  static constexpr bool bulk_copies = true;
   static constexpr int stages = 2;
   static constexpr int max_rings = 8;
   static constexpr int pool_stages = 16;
   static constexpr int pool_warps = 12;
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
-  // The conflict-free stage layout (detail/tile_layout.cuh): no bank
-  // conflicts, but slower on the H200 (docs/attention.md); off.
-  static constexpr bool conflict_free_layout = false;
+  static constexpr int fp16_stages = 2;
+};
+// A100, A30 (and compute_80 PTX on any device with 163 KB): 16-byte cp.async.
+struct decode_policy_sm80 : decode_policy_sm90 {
+  static constexpr int min_arch = 800;
+  static constexpr int max_arch = 900;
+  static constexpr std::size_t smem_budget = 166912;  // 163 KB
+  static constexpr bool bulk_copies = false;
+  static constexpr int max_rings = 8;
+  static constexpr int pool_stages = 11;
+  static constexpr int pool_warps = 8;
+  static constexpr int wide_stages = 3;
+};
+// RTX 3090 / A6000 / A10 (8.6), RTX 4090 / L40S / L4 (8.9), and sm_80 images
+// on them: 99 KB per block, 16-byte cp.async.
+struct decode_policy_sm86 : decode_policy_sm80 {
+  static constexpr std::size_t smem_budget = 101376;  // 99 KB
+  static constexpr int max_rings = 4;
+  static constexpr int pool_stages = 6;
+  static constexpr int pool_warps = 5;
+  static constexpr int wide_stages = 2;
+  static constexpr int fp16_stages = 1;
+};
+// RTX 5090, RTX PRO 6000, DGX Spark (12.x): 99 KB per block, bulk copies.
+struct decode_policy_sm120 : decode_policy_sm86 {
+  static constexpr int min_arch = 1200;
+  static constexpr int max_arch = 1 << 30;
+  static constexpr bool bulk_copies = true;
 };
 
-// Launch configuration of the quantized kernel for Codec (a tile_codec).
-template <class Codec, class Policy = decode_policy>
+// A chain of policies: the first whose kernels the device's image holds and
+// whose shared memory fits the device is used.
+template <class... Ps>
+struct decode_policies {
+  static_assert(sizeof...(Ps) > 0, "a chain holds at least one policy");
+};
+// The default: every GPU from compute capability 8.0 on.
+using decode_policy = decode_policies<decode_policy_sm90, decode_policy_sm120, decode_policy_sm80, decode_policy_sm86>;
+
+// Policy P compiled for every target and selected on any device whose opt-in
+// shared memory holds it: runs another GPU's configuration on the GPU at hand
+// (tests and benchmarks, e.g. forced<decode_policy_sm86> on an H200 runs the
+// 99 KB kernels with bulk copies, or with cp.async from compute_80 PTX).
+template <class P>
+struct forced : P {
+  static constexpr int min_arch = 0;
+  static constexpr int max_arch = 1 << 30;
+};
+
+namespace detail {
+template <class T>
+struct tag_t {
+  using type = T;
+};
+template <class P>
+struct chain_of {
+  using type = decode_policies<P>;
+};
+template <class... Ps>
+struct chain_of<decode_policies<Ps...>> {
+  using type = decode_policies<Ps...>;
+};
+// Calls f(tag_t<P>) for the policy at `index` of the chain (index in range).
+template <class... Ps, class F>
+auto with_policy(decode_policies<Ps...>, int index, F&& f) {
+  using R = decltype(f(tag_t<std::tuple_element_t<0, std::tuple<Ps...>>>{}));
+  R r{};
+  int i = 0;
+  (void)((i++ == index ? (r = f(tag_t<Ps>{}), true) : false) || ...);
+  return r;
+}
+}  // namespace detail
+
+// ---------------------------------------------------------------- quantized cache
+
+// Launch configuration of the quantized kernel for Codec (a tile_codec) under
+// one policy P (not a chain).
+template <class Codec, class P>
 struct quant_kernel_traits {
   using config = typename Codec::config;
   using packer = typename Codec::packer;
+  using policy = P;
   static constexpr int D = config::head_dim;
   static constexpr int G = config::tile_tokens;
-  static constexpr int stages = Policy::stages;
+  static constexpr std::size_t budget = P::smem_budget;
+  static constexpr int stages = P::stages;
   static constexpr std::size_t record_bytes = Codec::record_bytes;
   static constexpr int warps_per_record = detail::warps_per_record<config>();
-  // The record as laid out in a stage (tile_layout.cuh).
-  static constexpr bool swizzled =
-      detail::quant_swizzled<config, packer, stages, Policy::max_rings, Policy::conflict_free_layout>();
-  using stage = detail::stage_layout<config, packer, warps_per_record, swizzled>;
+  using stage = detail::stage_layout<config, packer, warps_per_record>;  // the record in a stage
   // records in flight per CTA / stages: as many rings as the stages, the query
   // rows and the fragments leave room for
   static constexpr int rings =
       detail::fit_rings<D, stages, stage::bytes, true,
-                        detail::warps_for<record_bytes, stages, Policy::max_rings>()>();
+                        detail::warps_for<record_bytes, stages, P::max_rings, budget>(), budget>();
   static constexpr int warps = rings * warps_per_record;
   using plan = detail::smem_plan<D, warps, stages, stage::bytes, rings, true>;
   static constexpr std::size_t smem_bytes = plan::bytes;
   // The stage-pool kernel for long chunks: pool_warps warps share `pool`
   // stages (0: no pool kernel).
-  static constexpr int pool_warps = warps_per_record == 1 && Policy::pool_stages > 0 ? Policy::pool_warps : 0;
+  static constexpr int pool_warps = warps_per_record == 1 && P::pool_stages > 0 ? P::pool_warps : 0;
   static constexpr int pool =
-      pool_warps > 0 ? detail::fit_pool<D, pool_warps, stage::bytes, true, Policy::pool_stages>()
-                     : 0;
-  static constexpr std::size_t pool_smem_bytes =
-      detail::pool_smem_bytes<D, pool_warps, stage::bytes, true, pool>();
+      pool_warps > 0 ? detail::fit_pool<D, pool_warps, stage::bytes, true, P::pool_stages, budget>() : 0;
+  static constexpr std::size_t pool_smem_bytes = detail::pool_smem_bytes<D, pool_warps, stage::bytes, true, pool>();
   // The two-n-block kernel (16 query rows per unit; max_unit_rows >= 16): rings
-  // of two warps, at most max_rings / 2 rings (the warps of the ring kernel),
-  // used when at least two rings fit (records of 24+ KB at D = 256 leave one:
-  // 8-row units then).
-  static constexpr int wide_stages = Policy::wide_stages;
-  static constexpr bool wide_swizzled =
-      detail::quant_swizzled<config, packer, wide_stages, Policy::max_rings / 2, Policy::conflict_free_layout,
-                             2 * detail::max_group>();
-  using wide_stage = detail::stage_layout<config, packer, 1, wide_swizzled>;
+  // of two warps, at most max_rings / 2 rings, used when at least two rings fit
+  // (otherwise 8-row units).
+  static constexpr int wide_stages = P::wide_stages;
   static constexpr int wide_rings =
-      detail::fit_rings<D, wide_stages, wide_stage::bytes, true,
-                        detail::warps_for<record_bytes, wide_stages, Policy::max_rings / 2>(), 2 * detail::max_group>();
-  static constexpr bool wide = Policy::max_unit_rows >= 2 * detail::max_group && wide_rings >= 2;
+      detail::fit_rings<D, wide_stages, stage::bytes, true,
+                        detail::warps_for<record_bytes, wide_stages, (P::max_rings / 2 > 1 ? P::max_rings / 2 : 1),
+                                          budget>(),
+                        budget, 2 * detail::max_group>();
+  static constexpr bool wide = P::max_unit_rows >= 2 * detail::max_group && wide_rings >= 2;
   static constexpr int wide_warps = 2 * wide_rings;
   static constexpr std::size_t wide_smem_bytes =
-      wide ? detail::smem_plan<D, wide_warps, wide_stages, wide_stage::bytes, wide_rings, true,
-                               2 * detail::max_group>::bytes
+      wide ? detail::smem_plan<D, wide_warps, wide_stages, stage::bytes, wide_rings, true, 2 * detail::max_group>::bytes
            : 0;
   static constexpr std::size_t max_smem_bytes = std::max({smem_bytes, pool_smem_bytes, wide_smem_bytes});
-  static_assert(!wide || wide_smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
+  // Whether the ring kernel (one ring at the least) fits the budget; a policy
+  // that does not is skipped for this codec (and rejected by a static_assert
+  // where its kernels are instantiated). The pool and 16-row kernels are sized
+  // to fit or left out.
+  static constexpr bool fits = smem_bytes <= budget;
+  static_assert(pool_smem_bytes <= budget, "the stage-pool kernel's shared memory exceeds the policy's budget");
+  static_assert(wide_smem_bytes <= budget, "the 16-row kernel's shared memory exceeds the policy's budget");
   // Query rows of a unit (8 or 16) for `rows` query rows per KV head (max_q_tokens x group).
   static int unit_rows(int rows) { return detail::unit_rows_for(rows, wide ? 2 * detail::max_group : detail::max_group); }
   static int rings_for(int rows) { return unit_rows(rows) > detail::max_group ? wide_rings : rings; }
   static_assert(config::key_bits != 8 && config::value_bits != 8, "the decode kernel supports 2- and 4-bit codes");
   static_assert(std::is_same_v<typename Codec::rotation, hadamard>, "the decode kernel un-rotates with plain Hadamard");
-  static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
   // tile_range's clamp: every complete tile in the page table, plus the tail.
   static int max_len(const paged_cache_view& c) {
     const std::int64_t m = static_cast<std::int64_t>(c.max_pages_per_seq) * G + G - 1;
     return m > INT32_MAX ? INT32_MAX : static_cast<int>(m);
   }
+  // The kernels (packed: rows_total <= 4, one query per lane column).
+  template <class QT>
+  static constexpr auto ring_kernel(bool packed) {
+    return packed ? detail::quant_decode_kernel<P, config, packer, QT, rings, stages, true, 0, 1>
+                  : detail::quant_decode_kernel<P, config, packer, QT, rings, stages, false, 0, 1>;
+  }
 };
 
-// Splits of the one-call path (num_splits = 0: automatic).
+namespace detail {
+// Whether policy P can run Codec on the current device: its kernels have a
+// body in the image the device runs and its shared memory fits (success), or
+// why not (unsupported_arch: try the next policy; no_device, cuda_error).
+template <class Codec, class P, class QT>
+device::launch_result policy_fits() {
+  using tr = quant_kernel_traits<Codec, P>;
+  if constexpr (!tr::fits) {
+    return {status::unsupported_arch};
+  } else {
+    int arch = 0;
+    device::launch_result r =
+        device::detail::prepare_kernel<quant_decode_kernel<P, typename tr::config, typename tr::packer, QT, tr::rings,
+                                                           tr::stages, false, 0, 1>>(tr::max_smem_bytes, 80, &arch);
+    if (r.ok() && !compiled_for<P>(arch)) return {status::unsupported_arch};
+    return r;
+  }
+}
+template <int D, class P, class QT>
+device::launch_result fp16_policy_fits();
+
+// The index in chain Ps... of the first policy that fits (Fits<P>() success).
+template <template <class> class Fits, class... Ps>
+device::launch_result select_policy(decode_policies<Ps...>, int& index) {
+  device::launch_result out{status::unsupported_arch};
+  int i = 0;
+  bool done = false;
+  auto try_one = [&](auto tag) {
+    if (done) return;
+    const device::launch_result r = Fits<typename decltype(tag)::type>::run();
+    out = r;  // without a fitting policy: the last one's reason (and CUDA error)
+    if (r.ok() || r.code != status::unsupported_arch) {
+      index = i;
+      done = true;
+    }
+    ++i;
+  };
+  (try_one(tag_t<Ps>{}), ...);
+  return out;
+}
+template <class Codec, class QT>
+struct quant_fits {
+  template <class P>
+  struct of {
+    static device::launch_result run() { return policy_fits<Codec, P, QT>(); }
+  };
+};
+}  // namespace detail
+
+// The index of the policy of chain Policy that paged_decode and decode_plan
+// use for Codec on the current device, or why there is none.
+template <class Codec, class Policy = decode_policy, class QT = half_t>
+device::launch_result select_policy(int& index) {
+  return detail::select_policy<detail::quant_fits<Codec, QT>::template of>(typename detail::chain_of<Policy>::type{},
+                                                                           index);
+}
+
+// Splits of the one-call path (num_splits = 0: automatic), with the policy
+// selected for the current device (the chain's first without one).
 template <class Codec, class Policy = decode_policy>
 int plan_splits(const paged_cache_view& cache, int q_heads, int num_splits = 0, int max_q_tokens = 1) {
-  using tr = quant_kernel_traits<Codec, Policy>;
-  const int all = max_q_tokens * (cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1), rows = tr::unit_rows(all);
-  const int units = cache.num_seqs * cache.kv_heads * ((all + rows - 1) / rows);
-  return detail::choose_splits(units, cache.max_pages_per_seq + 1, tr::rings_for(all), num_splits,
-                               detail::current_sm_count());
+  int index = 0;
+  (void)select_policy<Codec, Policy>(index);
+  return detail::with_policy(typename detail::chain_of<Policy>::type{}, index, [&](auto tag) {
+    using tr = quant_kernel_traits<Codec, typename decltype(tag)::type>;
+    if constexpr (!tr::fits) return 1;
+    const int all = max_q_tokens * (cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1), rows = tr::unit_rows(all);
+    const int units = cache.num_seqs * cache.kv_heads * ((all + rows - 1) / rows);
+    return detail::choose_splits(units, cache.max_pages_per_seq + 1, tr::rings_for(all), num_splits,
+                                 detail::current_sm_count());
+  });
 }
 
 // Workspace of paged_decode and of decode_plan (the same bound, for units of 8
 // or 16 query rows: every policy), for the current device; max_q_tokens as in
-// decode_args (multi-query).
+// decode_args (multi-query). 0 for shapes the launchers reject (num_seqs above
+// 65535, q_heads not a positive multiple of kv_heads, too many query groups:
+// detail::launch_shape_ok; num_splits outside [0, 4096]).
 template <class Codec>
 std::size_t workspace_bytes(const paged_cache_view& cache, int q_heads, int num_splits = 0, int max_q_tokens = 1) {
-  if (cache.kv_heads <= 0 || q_heads <= 0 || cache.num_seqs < 0 || max_q_tokens < 1) return 0;
   return detail::workspace_bound(cache.num_seqs, cache.kv_heads, q_heads, num_splits, detail::current_sm_count(),
                                  Codec::D, max_q_tokens);
 }
 
-// Checks everything that can be checked without reading device memory, and the
-// current device (compute capability 9.0, opt-in shared memory):
-// unsupported_arch elsewhere, no_device without a GPU.
-template <class Codec, class Policy = decode_policy, class QT>
-status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
+namespace detail {
+// Everything can_implement checks except the device.
+template <class Codec, class QT>
+status check_quant_args(const paged_cache_view& cache, const decode_args<QT>& a) {
   using cfg = typename Codec::config;
   if (cache.head_dim != 64 && cache.head_dim != 128 && cache.head_dim != 256) return status::unsupported_head_dim;
   if (status s = validate_structure(cache, static_cast<std::int64_t>(Codec::record_bytes), cfg::head_dim,
@@ -182,53 +338,50 @@ status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
   if (!a.workspace || a.workspace_bytes < workspace_bytes<Codec>(cache, a.q_heads, a.num_splits, a.max_q_tokens))
     return status::insufficient_space;
   if (reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0) return status::misaligned;
-  int dev = 0;
-  return detail::current_device(dev, quant_kernel_traits<Codec, Policy>::max_smem_bytes);
+  return status::success;
+}
+}  // namespace detail
+
+// Checks everything that can be checked without reading device memory, and
+// that a policy of the chain runs on the current device (unsupported_arch
+// below compute capability 8.0 or without a fitting image, no_device without
+// a GPU).
+template <class Codec, class Policy = decode_policy, class QT>
+status can_implement(const paged_cache_view& cache, const decode_args<QT>& a) {
+  if (status s = detail::check_quant_args<Codec>(cache, a); s != status::success) return s;
+  int index = 0;
+  return select_policy<Codec, Policy, QT>(index);
 }
 
 namespace detail {
-// Launches the quantized kernel variant (16-row rings, pool or rings, packed
-// or 8-query layout); p.unit_rows = 16 selects the two-n-block kernel.
-template <class Codec, class Policy, class QT>
-status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, bool pool, dim3 grid,
-                    const kernel_params& p, cudaStream_t stream) {
-  using tr = quant_kernel_traits<Codec, Policy>;
+// Launches the quantized kernel variant of policy P (16-row rings, pool or
+// rings, packed or 8-query layout); p.unit_rows = 16 selects the two-n-block kernel.
+template <class Codec, class P, class QT>
+device::launch_result launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, bool pool, dim3 grid,
+                                   const kernel_params& p, cudaStream_t stream) {
+  using tr = quant_kernel_traits<Codec, P>;
+  static_assert(tr::fits, "the ring kernel's shared memory exceeds the policy's budget");
   using cfg = typename tr::config;
   using pk = typename tr::packer;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return status::cuda_error;
   const bool packed = p.rows_total <= max_group / 2;
-  auto go = [&](auto kernel, std::size_t smem, int warps, std::atomic<std::uint64_t>& configured) {
-    if (status s = configure_kernel(kernel, smem, dev, configured); s != status::success) return s;
-    return launch<QT, tr::D, true>(kernel, smem, warps * 32, grid, cache, p, a, stream);
-  };
   if constexpr (tr::wide) {
-    if (p.unit_rows > max_group) {
-      static std::atomic<std::uint64_t> configured{0};
-      return go(quant_decode_kernel<cfg, pk, QT, tr::wide_rings, tr::wide_stages, false, 0, 2, tr::wide_swizzled>,
-                tr::wide_smem_bytes, tr::wide_warps, configured);
-    }
+    if (p.unit_rows > max_group)
+      return launch<quant_decode_kernel<P, cfg, pk, QT, tr::wide_rings, tr::wide_stages, false, 0, 2>, QT, tr::D, true>(
+          tr::wide_smem_bytes, tr::wide_warps * 32, grid, cache, p, a, stream);
   }
   if constexpr (tr::pool > 0) {
-    if (pool && packed) {
-      static std::atomic<std::uint64_t> configured{0};  // per instantiation (one kernel), bit per device
-      return go(quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, true, tr::pool, 1, tr::swizzled>,
-                tr::pool_smem_bytes, tr::pool_warps, configured);
-    }
-    if (pool) {
-      static std::atomic<std::uint64_t> configured{0};
-      return go(quant_decode_kernel<cfg, pk, QT, tr::pool_warps, 1, false, tr::pool, 1, tr::swizzled>,
-                tr::pool_smem_bytes, tr::pool_warps, configured);
-    }
+    if (pool && packed)
+      return launch<quant_decode_kernel<P, cfg, pk, QT, tr::pool_warps, 1, true, tr::pool, 1>, QT, tr::D, true>(
+          tr::pool_smem_bytes, tr::pool_warps * 32, grid, cache, p, a, stream);
+    if (pool)
+      return launch<quant_decode_kernel<P, cfg, pk, QT, tr::pool_warps, 1, false, tr::pool, 1>, QT, tr::D, true>(
+          tr::pool_smem_bytes, tr::pool_warps * 32, grid, cache, p, a, stream);
   }
-  if (packed) {
-    static std::atomic<std::uint64_t> configured{0};
-    return go(quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, true, 0, 1, tr::swizzled>, tr::smem_bytes,
-              tr::warps, configured);
-  }
-  static std::atomic<std::uint64_t> configured{0};
-  return go(quant_decode_kernel<cfg, pk, QT, tr::rings, tr::stages, false, 0, 1, tr::swizzled>, tr::smem_bytes,
-            tr::warps, configured);
+  if (packed)
+    return launch<quant_decode_kernel<P, cfg, pk, QT, tr::rings, tr::stages, true, 0, 1>, QT, tr::D, true>(
+        tr::smem_bytes, tr::warps * 32, grid, cache, p, a, stream);
+  return launch<quant_decode_kernel<P, cfg, pk, QT, tr::rings, tr::stages, false, 0, 1>, QT, tr::D, true>(
+      tr::smem_bytes, tr::warps * 32, grid, cache, p, a, stream);
 }
 }  // namespace detail
 
@@ -238,56 +391,102 @@ status launch_quant(const paged_cache_view& cache, const decode_args<QT>& a, boo
 // Capturable in a CUDA graph (reads the lengths on the device); decode_plan
 // balances ragged batches.
 template <class Codec, class Policy = decode_policy, class QT>
-status paged_decode(const paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) {
-  using tr = quant_kernel_traits<Codec, Policy>;
-  if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
+device::launch_result paged_decode(const paged_cache_view& cache, const decode_args<QT>& a,
+                                   cudaStream_t stream = nullptr) {
+  if (status s = detail::check_quant_args<Codec>(cache, a); s != status::success) return s;
+  int index = 0;
+  if (device::launch_result r = select_policy<Codec, Policy, QT>(index); !r.ok()) return r;
   if (cache.num_seqs == 0) return status::success;
-  const int span = detail::q_span_of(a);
-  const int splits = plan_splits<Codec, Policy>(cache, a.q_heads, a.num_splits, span);
-  const int rows = tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads));
-  const detail::ws_layout L = detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits,
-                                                 detail::current_sm_count(), tr::D, rows, span);
-  const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false, rows);
-  if (static_cast<std::int64_t>(cache.num_seqs) * p.units * splits > L.chunks) return status::invalid_argument;
-  // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
-  const bool pool = splits == 1 && cache.max_pages_per_seq >= 128;
-  return detail::launch_quant<Codec, Policy, QT>(cache, a, pool, dim3(splits, p.units, cache.num_seqs), p, stream);
+  return detail::with_policy(typename detail::chain_of<Policy>::type{}, index, [&](auto tag) -> device::launch_result {
+    using P = typename decltype(tag)::type;
+    using tr = quant_kernel_traits<Codec, P>;
+    if constexpr (!tr::fits) return {status::unsupported_arch};  // never selected
+    else {
+    const int span = detail::q_span_of(a);
+    const int all = detail::rows_per_kv_head(a, cache.kv_heads), rows = tr::unit_rows(all);
+    const int units = cache.num_seqs * cache.kv_heads * ((all + rows - 1) / rows);
+    const int splits = detail::choose_splits(units, cache.max_pages_per_seq + 1, tr::rings_for(all), a.num_splits,
+                                             detail::current_sm_count());
+    const detail::ws_layout L = detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits,
+                                                   detail::current_sm_count(), tr::D, rows, span);
+    const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false, rows);
+    if (static_cast<std::int64_t>(cache.num_seqs) * p.units * splits > L.chunks) return {status::invalid_argument};
+    // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
+    const bool pool = splits == 1 && cache.max_pages_per_seq >= 128;
+    return detail::launch_quant<Codec, P, QT>(cache, a, pool, dim3(splits, p.units, cache.num_seqs), p, stream);
+    }
+  });
 }
 
 // ---------------------------------------------------------------- fp16 baseline
 
-// The baseline's page size (tokens) and launch configuration for head_dim D.
-template <int D>
+// The baseline's page size (tokens) and launch configuration for head_dim D
+// under one policy P (its smem_budget and fp16_stages).
+template <int D, class P = decode_policy_sm90>
 struct fp16_kernel_traits {
   static constexpr int page_tokens = 64;
-  static constexpr int stages = 2;
+  static constexpr int stages = P::fp16_stages;
   static constexpr std::size_t stage_bytes = static_cast<std::size_t>(page_tokens) * D * 2 * 2;
-  static constexpr int warps = detail::warps_for<stage_bytes, stages>();
+  static constexpr int warps = detail::warps_for<stage_bytes, stages, 8, P::smem_budget>();
   using plan = detail::smem_plan<D, warps, stages, stage_bytes>;
   static constexpr std::size_t smem_bytes = plan::bytes;
-  static_assert(smem_bytes <= 227 * 1024, "shared memory plan exceeds the SM");
+  static_assert(smem_bytes <= P::smem_budget, "the fp16 kernel's shared memory exceeds the policy's budget");
   static int max_len(const fp16_paged_cache_view& c) {
     const std::int64_t m = static_cast<std::int64_t>(c.max_pages_per_seq) * page_tokens;
     return m > INT32_MAX ? INT32_MAX : static_cast<int>(m);
   }
+  template <class QT>
+  static constexpr auto kernel() {
+    return detail::fp16_decode_kernel<P, D, page_tokens, QT, warps, stages>;
+  }
 };
 
-template <int D>
-int plan_splits_fp16(const fp16_paged_cache_view& cache, int q_heads, int num_splits = 0) {
-  const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
-  const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
-  return detail::choose_splits(units, cache.max_pages_per_seq, fp16_kernel_traits<D>::warps, num_splits,
-                               detail::current_sm_count());
+namespace detail {
+template <int D, class P, class QT>
+device::launch_result fp16_policy_fits() {
+  using tr = fp16_kernel_traits<D, P>;
+  int arch = 0;
+  device::launch_result r = device::detail::prepare_kernel<tr::template kernel<QT>()>(tr::smem_bytes, 80, &arch);
+  if (r.ok() && !compiled_for<P>(arch)) return {status::unsupported_arch};
+  return r;
+}
+template <int D, class QT>
+struct fp16_fits {
+  template <class P>
+  struct of {
+    static device::launch_result run() { return fp16_policy_fits<D, P, QT>(); }
+  };
+};
+}  // namespace detail
+
+template <int D, class Policy = decode_policy, class QT = half_t>
+device::launch_result select_policy_fp16(int& index) {
+  return detail::select_policy<detail::fp16_fits<D, QT>::template of>(typename detail::chain_of<Policy>::type{}, index);
 }
 
+template <int D, class Policy = decode_policy>
+int plan_splits_fp16(const fp16_paged_cache_view& cache, int q_heads, int num_splits = 0) {
+  int index = 0;
+  (void)select_policy_fp16<D, Policy>(index);
+  return detail::with_policy(typename detail::chain_of<Policy>::type{}, index, [&](auto tag) {
+    using tr = fp16_kernel_traits<D, typename decltype(tag)::type>;
+    const int group = cache.kv_heads > 0 ? q_heads / cache.kv_heads : 1;
+    const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
+    return detail::choose_splits(units, cache.max_pages_per_seq, tr::warps, num_splits, detail::current_sm_count());
+  });
+}
+
+// 0 for shapes the launchers reject, as workspace_bytes.
 template <int D>
 std::size_t workspace_bytes_fp16(const fp16_paged_cache_view& cache, int q_heads, int num_splits = 0) {
-  if (cache.kv_heads <= 0 || q_heads <= 0 || cache.num_seqs < 0) return 0;
+  if (!detail::launch_shape_ok(cache.num_seqs, cache.kv_heads, q_heads, 1) || num_splits < 0 || num_splits > 4096)
+    return 0;
   return detail::layout_for(cache.num_seqs, cache.kv_heads, q_heads, num_splits, detail::current_sm_count(), D).bytes;
 }
 
+namespace detail {
 template <int D, class QT>
-status can_implement_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a) {
+status check_fp16_args(const fp16_paged_cache_view& cache, const decode_args<QT>& a) {
   if (cache.head_dim != D) return status::unsupported_head_dim;
   if (cache.page_tokens != fp16_kernel_traits<D>::page_tokens) return status::unsupported_tile_tokens;
   if (!cache.k || !cache.v || !cache.page_table || !cache.seq_lens) return status::null_pointer;
@@ -299,36 +498,48 @@ status can_implement_fp16(const fp16_paged_cache_view& cache, const decode_args<
   if (!a.workspace || a.workspace_bytes < workspace_bytes_fp16<D>(cache, a.q_heads, a.num_splits))
     return status::insufficient_space;
   if (reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0) return status::misaligned;
-  int dev = 0;
-  return detail::current_device(dev, fp16_kernel_traits<D>::smem_bytes);
+  return status::success;
+}
+}  // namespace detail
+
+template <int D, class Policy = decode_policy, class QT>
+status can_implement_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a) {
+  if (status s = detail::check_fp16_args<D>(cache, a); s != status::success) return s;
+  int index = 0;
+  return select_policy_fp16<D, Policy, QT>(index);
 }
 
 namespace detail {
-template <int D, class QT>
-status launch_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a, dim3 grid, const kernel_params& p,
-                   cudaStream_t stream) {
-  using tr = fp16_kernel_traits<D>;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return status::cuda_error;
-  auto kernel = fp16_decode_kernel<D, tr::page_tokens, QT, tr::warps, tr::stages>;
-  static std::atomic<std::uint64_t> configured{0};  // per instantiation (one kernel), bit per device
-  if (status s = configure_kernel(kernel, tr::smem_bytes, dev, configured); s != status::success) return s;
-  return launch<QT, D, false>(kernel, tr::smem_bytes, tr::warps * 32, grid, cache, p, a, stream);
+template <int D, class P, class QT>
+device::launch_result launch_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a, dim3 grid,
+                                  const kernel_params& p, cudaStream_t stream) {
+  using tr = fp16_kernel_traits<D, P>;
+  return launch<tr::template kernel<QT>(), QT, D, false>(tr::smem_bytes, tr::warps * 32, grid, cache, p, a, stream);
 }
 }  // namespace detail
 
 // fp16 baseline: same kernel structure over fp16 pages, original frame (no rotation).
-template <int D, class QT>
-status paged_decode_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) {
-  if (status s = can_implement_fp16<D>(cache, a); s != status::success) return s;
+template <int D, class Policy = decode_policy, class QT>
+device::launch_result paged_decode_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a,
+                                        cudaStream_t stream = nullptr) {
+  if (status s = detail::check_fp16_args<D>(cache, a); s != status::success) return s;
+  int index = 0;
+  if (device::launch_result r = select_policy_fp16<D, Policy, QT>(index); !r.ok()) return r;
   if (cache.num_seqs == 0) return status::success;
-  const int splits = plan_splits_fp16<D>(cache, a.q_heads, a.num_splits);
-  const detail::ws_layout L =
-      detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits, detail::current_sm_count(), D);
-  if (static_cast<std::int64_t>(cache.num_seqs) * cache.kv_heads * splits > L.chunks) return status::invalid_argument;
-  const detail::kernel_params p =
-      detail::make_params(cache.kv_heads, a, splits, fp16_kernel_traits<D>::max_len(cache), L, false);
-  return detail::launch_fp16<D, QT>(cache, a, dim3(splits, p.units, cache.num_seqs), p, stream);
+  return detail::with_policy(typename detail::chain_of<Policy>::type{}, index, [&](auto tag) -> device::launch_result {
+    using P = typename decltype(tag)::type;
+    using tr = fp16_kernel_traits<D, P>;
+    const int group = cache.kv_heads > 0 ? a.q_heads / cache.kv_heads : 1;
+    const int units = cache.num_seqs * cache.kv_heads * ((group + detail::max_group - 1) / detail::max_group);
+    const int splits =
+        detail::choose_splits(units, cache.max_pages_per_seq, tr::warps, a.num_splits, detail::current_sm_count());
+    const detail::ws_layout L =
+        detail::layout_for(cache.num_seqs, cache.kv_heads, a.q_heads, a.num_splits, detail::current_sm_count(), D);
+    if (static_cast<std::int64_t>(cache.num_seqs) * cache.kv_heads * splits > L.chunks)
+      return {status::invalid_argument};
+    const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false);
+    return detail::launch_fp16<D, P, QT>(cache, a, dim3(splits, p.units, cache.num_seqs), p, stream);
+  });
 }
 
 // ---------------------------------------------------------------- plan / run
@@ -355,60 +566,96 @@ class decode_plan {
   template <class Codec, class Policy = decode_policy, class QT>
   status plan(const paged_cache_view& cache, const std::int32_t* host_seq_lens, const decode_args<QT>& a,
               cudaStream_t stream = nullptr) {
-    using tr = quant_kernel_traits<Codec, Policy>;
     if (!host_seq_lens) return status::null_pointer;
-    if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
-    const key k = make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
+    if (status s = detail::check_quant_args<Codec>(cache, a); s != status::success) return s;
+    int index = 0;
+    if (status s = select_policy<Codec, Policy, QT>(index); s != status::success) return s;
+    const key k = make_key<std::tuple<Codec, Policy>, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a,
+                                                         index);
     const int ctas = grid_size();
     const bool fresh = !(k == key_) || ctas != ctas_;
-    const int all = detail::rows_per_kv_head(a, cache.kv_heads), rows = tr::unit_rows(all);
-    if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
-                         tr::rings_for(all), Codec::D, rows);
-        s != status::success)
-      return s;
-    if (fresh)
-      pool_ = tr::pool > 0 && rows == detail::max_group && sched_.chunks > 0 && total_tiles_ >= 128LL * sched_.chunks;
+    const status s =
+        detail::with_policy(typename detail::chain_of<Policy>::type{}, index, [&](auto tag) -> status {
+          using tr = quant_kernel_traits<Codec, typename decltype(tag)::type>;
+          if constexpr (!tr::fits) {
+            return status::unsupported_arch;  // never selected
+          } else {
+            const int all = detail::rows_per_kv_head(a, cache.kv_heads), rows = tr::unit_rows(all);
+            if (status b = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
+                                 tr::rings_for(all), Codec::D, rows);
+                b != status::success)
+              return b;
+            if (fresh)
+              pool_ = tr::pool > 0 && rows == detail::max_group && sched_.chunks > 0 &&
+                      total_tiles_ >= 128LL * sched_.chunks;
+            return status::success;
+          }
+        });
+    if (s != status::success) return s;
     key_ = k;
     return upload(a, stream);
   }
 
   template <class Codec, class Policy = decode_policy, class QT>
-  status run(const paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) const {
-    using tr = quant_kernel_traits<Codec, Policy>;
-    if (!(make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a) == key_))
-      return status::invalid_argument;  // not the planned shape, options or workspace
-    if (status s = can_implement<Codec, Policy>(cache, a); s != status::success) return s;
+  device::launch_result run(const paged_cache_view& cache, const decode_args<QT>& a,
+                            cudaStream_t stream = nullptr) const {
+    if (!(make_key<std::tuple<Codec, Policy>, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a,
+                                                  key_.policy) == key_))
+      return {status::invalid_argument};  // not the planned shape, options, workspace, codec, policy or device
+    if (status s = detail::check_quant_args<Codec>(cache, a); s != status::success) return s;
     if (cache.num_seqs == 0) return status::success;
-    const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true,
-                                                        tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads)));
-    return detail::launch_quant<Codec, Policy, QT>(cache, a, pool_, dim3(ctas_), p, stream);
+    return detail::with_policy(typename detail::chain_of<Policy>::type{}, key_.policy,
+                               [&](auto tag) -> device::launch_result {
+                                 using P = typename decltype(tag)::type;
+                                 using tr = quant_kernel_traits<Codec, P>;
+                                 if constexpr (!tr::fits) {
+                                   return {status::unsupported_arch};
+                                 } else {
+                                   const detail::kernel_params p = detail::make_params(
+                                       cache.kv_heads, a, 1, tr::max_len(cache), layout_, true,
+                                       tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads)));
+                                   return detail::launch_quant<Codec, P, QT>(cache, a, pool_, dim3(ctas_), p, stream);
+                                 }
+                               });
   }
 
-  template <int D, class QT>
+  template <int D, class Policy = decode_policy, class QT>
   status plan_fp16(const fp16_paged_cache_view& cache, const std::int32_t* host_seq_lens, const decode_args<QT>& a,
                    cudaStream_t stream = nullptr) {
-    using tr = fp16_kernel_traits<D>;
     if (!host_seq_lens) return status::null_pointer;
-    if (status s = can_implement_fp16<D>(cache, a); s != status::success) return s;
-    const key k = make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a);
+    if (status s = detail::check_fp16_args<D>(cache, a); s != status::success) return s;
+    int index = 0;
+    if (status s = select_policy_fp16<D, Policy, QT>(index); s != status::success) return s;
+    const key k = make_key<std::tuple<std::integral_constant<int, D>, Policy>, QT>(cache.num_seqs, cache.kv_heads,
+                                                                                   cache.max_pages_per_seq, a, index);
     const int ctas = grid_size();
-    if (status s = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::page_tokens, tr::max_len(cache), ctas,
-                         tr::warps, D);
-        s != status::success)
-      return s;
+    const status s = detail::with_policy(typename detail::chain_of<Policy>::type{}, index, [&](auto tag) {
+      using tr = fp16_kernel_traits<D, typename decltype(tag)::type>;
+      return build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::page_tokens, tr::max_len(cache), ctas,
+                   tr::warps, D);
+    });
+    if (s != status::success) return s;
     key_ = k;
     return upload(a, stream);
   }
 
-  template <int D, class QT>
-  status run_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a, cudaStream_t stream = nullptr) const {
-    using tr = fp16_kernel_traits<D>;
-    if (!(make_key<tr, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a) == key_))
-      return status::invalid_argument;
-    if (status s = can_implement_fp16<D>(cache, a); s != status::success) return s;
+  template <int D, class Policy = decode_policy, class QT>
+  device::launch_result run_fp16(const fp16_paged_cache_view& cache, const decode_args<QT>& a,
+                                 cudaStream_t stream = nullptr) const {
+    if (!(make_key<std::tuple<std::integral_constant<int, D>, Policy>, QT>(cache.num_seqs, cache.kv_heads,
+                                                                            cache.max_pages_per_seq, a,
+                                                                            key_.policy) == key_))
+      return {status::invalid_argument};
+    if (status s = detail::check_fp16_args<D>(cache, a); s != status::success) return s;
     if (cache.num_seqs == 0) return status::success;
-    const detail::kernel_params p = detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true);
-    return detail::launch_fp16<D, QT>(cache, a, dim3(ctas_), p, stream);
+    return detail::with_policy(typename detail::chain_of<Policy>::type{}, key_.policy,
+                               [&](auto tag) -> device::launch_result {
+                                 using P = typename decltype(tag)::type;
+                                 using tr = fp16_kernel_traits<D, P>;
+                                 const detail::kernel_params p =
+                                     detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true);
+                                 return detail::launch_fp16<D, P, QT>(cache, a, dim3(ctas_), p, stream);
+                               });
   }
 
   // At most n persistent CTAs from the next plan on (0: one per SM), e.g. to
@@ -419,6 +666,7 @@ class decode_plan {
   long long makespan() const { return sched_.makespan; }  // the scheduler's cost estimate (tiles)
   bool stage_pool() const { return pool_; }         // the kernel variant run() launches
   const detail::schedule& last_schedule() const { return sched_; }
+  int policy() const { return key_.policy; }  // index in the policy chain of the last plan (decode_policy: 0 sm90, 1 sm120, 2 sm80, 3 sm86)
 
  private:
   struct key {
@@ -428,16 +676,18 @@ class decode_plan {
     const void* workspace = nullptr;
     std::size_t workspace_bytes = 0;
     int device = -1;
+    int policy = -1;  // index in the chain
     bool operator==(const key& o) const {
       return type == o.type && num_seqs == o.num_seqs && kv_heads == o.kv_heads && max_pages == o.max_pages &&
              q_heads == o.q_heads && window_left == o.window_left && num_splits == o.num_splits &&
              q_span == o.q_span && qo_indptr == o.qo_indptr &&
-             workspace == o.workspace && workspace_bytes == o.workspace_bytes && device == o.device;
+             workspace == o.workspace && workspace_bytes == o.workspace_bytes && device == o.device && policy == o.policy;
     }
   };
   template <class Kind, class QT>
-  static key make_key(int num_seqs, int kv_heads, int max_pages, const decode_args<QT>& a) {
+  static key make_key(int num_seqs, int kv_heads, int max_pages, const decode_args<QT>& a, int policy) {
     key k;
+    k.policy = policy;
     k.type = &detail::type_tag<std::pair<Kind, QT>>::id;
     k.num_seqs = num_seqs;
     k.kv_heads = kv_heads;

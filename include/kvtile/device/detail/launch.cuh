@@ -165,11 +165,12 @@ inline launch_result current_device(device_caps& out) {
 }
 
 // Per (kernel, device): the largest dynamic shared memory the kernel may use
-// there, +1 (0: not set up in this epoch).
+// there, +1, and the virtual architecture of the image the device runs (0: not
+// set up in this epoch).
 template <auto Kernel>
 struct kernel_setup_state {
   struct slot {
-    std::atomic<std::uint64_t> word{0};  // epoch << 32 | (max_dynamic_smem + 1)
+    std::atomic<std::uint64_t> word{0};  // epoch << 32 | ptx_version << 24 | (max_dynamic_smem + 1)
   };
   static slot* slots() {
     static slot s[max_cached_devices];
@@ -178,17 +179,24 @@ struct kernel_setup_state {
 };
 
 // Checks the current device for Kernel and sets it up (see the file comment).
+// image_arch, if given, receives the virtual architecture of the kernel image
+// the device runs, as 10 x its PTX version (900 for sm_90a SASS, 800 for
+// compute_80 PTX, also when JIT-compiled for a newer device): what
+// __CUDA_ARCH__ was when that image was compiled.
 template <auto Kernel>
-inline launch_result prepare_kernel(std::size_t smem, int min_cc = 80) {
+inline launch_result prepare_kernel(std::size_t smem, int min_cc = 80, int* image_arch = nullptr) {
   device_caps caps;
   if (launch_result r = current_device(caps); !r.ok()) return r;
   if (caps.cc < min_cc) return {status::unsupported_arch};
   const std::uint32_t epoch = launch_setup_epoch().load(std::memory_order_acquire);
   auto* slot = caps.ordinal < max_cached_devices ? &kernel_setup_state<Kernel>::slots()[caps.ordinal] : nullptr;
   std::size_t max_dynamic = 0;
+  int ptx = 0;
+  constexpr std::uint64_t smem_mask = 0xffffffu;
   const std::uint64_t w = slot ? slot->word.load(std::memory_order_acquire) : 0;
-  if (slot && (w >> 32) == epoch && (w & 0xffffffffu) != 0) {
-    max_dynamic = static_cast<std::size_t>((w & 0xffffffffu) - 1);
+  if (slot && (w >> 32) == epoch && (w & smem_mask) != 0) {
+    max_dynamic = static_cast<std::size_t>((w & smem_mask) - 1);
+    ptx = static_cast<int>((w >> 24) & 0xffu);
   } else {
     cudaFuncAttributes fa{};
     if (cudaError_t e = cudaFuncGetAttributes(&fa, Kernel); e != cudaSuccess) {
@@ -197,6 +205,7 @@ inline launch_result prepare_kernel(std::size_t smem, int min_cc = 80) {
     }
     if (fa.sharedSizeBytes > caps.smem_optin) return {status::unsupported_arch};
     max_dynamic = caps.smem_optin - fa.sharedSizeBytes;
+    ptx = fa.ptxVersion;
     if (max_dynamic > static_cast<std::size_t>(fa.maxDynamicSharedSizeBytes)) {
       if (cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(max_dynamic));
@@ -205,8 +214,12 @@ inline launch_result prepare_kernel(std::size_t smem, int min_cc = 80) {
         return from_cuda(e);
       }
     }
-    if (slot) slot->word.store((static_cast<std::uint64_t>(epoch) << 32) | (max_dynamic + 1), std::memory_order_release);
+    if (slot && max_dynamic < smem_mask && ptx >= 0 && ptx < 256)
+      slot->word.store((static_cast<std::uint64_t>(epoch) << 32) | (static_cast<std::uint64_t>(ptx) << 24) |
+                           (max_dynamic + 1),
+                       std::memory_order_release);
   }
+  if (image_arch) *image_arch = 10 * ptx;
   if (smem > max_dynamic) return {status::unsupported_arch};
   return {status::success};
 }

@@ -17,8 +17,6 @@ namespace attention::detail {
 
 inline constexpr float log2e = 1.4426950408889634f;
 inline constexpr float ln2 = 0.69314718055994531f;
-inline constexpr int max_group = 8;  // query rows per n-block (the MMA's N)
-inline constexpr int max_q_tokens = 8;  // multi-query: new tokens per sequence
 
 template <class QT>
 KVTILE_DEVICE float load_q(const QT* p) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <nv/target>
 
 #include <cstdint>
 #include <type_traits>
@@ -53,14 +54,28 @@ KVTILE_DEVICE void half2_to_float2(std::uint32_t h, float& lo, float& hi) {
       : "r"(h));
 }
 
-// Four E4M3 bytes (lowest byte first) -> four floats, exact.
+// Four E4M3 bytes (lowest byte first) -> four floats, exact. sm_89+ converts
+// in hardware; below, the byte's sign and magnitude bits moved into an fp16
+// (exponent bias 15 instead of 7) read as the value times 2^-8 for normal and
+// subnormal codes alike, and 0x7f / 0xff (E4M3's NaN) read as NaN.
 KVTILE_DEVICE void e4m3x4_to_float(std::uint32_t w, float* f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t b = (w >> (8 * i)) & 0xffu;
+    const std::uint32_t h = ((b & 0x80u) << 8) | ((b & 0x7fu) << 7);
+    float lo, hi;
+    half2_to_float2(h, lo, hi);
+    f[i] = (b & 0x7fu) == 0x7fu ? __int_as_float(0x7fc00000) : lo * 256.0f;
+  }
+#else
   std::uint32_t h01, h23;
   asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
       : "=r"(h01), "=r"(h23)
       : "r"(w));
   half2_to_float2(h01, f[0], f[1]);
   half2_to_float2(h23, f[2], f[3]);
+#endif
 }
 
 KVTILE_DEVICE std::uint32_t hfma2(std::uint32_t a, std::uint32_t b, std::uint32_t c) {
@@ -193,7 +208,28 @@ KVTILE_DEVICE void pair_extract(const std::uint32_t* x, const std::uint32_t* y, 
   });
 }
 
-// ---------------------------------------------------------------- mbarrier + bulk copy
+// ---------------------------------------------------------------- mbarriers and the two load paths
+// A stage is filled by one of two load paths (decode_policy::bulk_copies and
+// the target, bulk_path below) and completes on its "full" mbarrier either way:
+// - bulk (sm_90+): one lane issues a cp.async.bulk per record segment and one
+//   arrive.expect_tx for the record's bytes (barrier count 1);
+// - cp.async (sm_80+): every lane of the issuing warp copies 16-byte pieces
+//   with cp.async.cg and arrives once its copies have landed
+//   (cp.async.mbarrier.arrive.noinc; barrier count 32).
+// Waiting is try_wait on sm_90+, test_wait in a loop below.
+
+template <bool Bulk>
+inline constexpr std::uint32_t stage_arrivals = Bulk ? 1u : 32u;
+
+// Whether a kernel of policy P uses bulk copies on the target being compiled.
+template <class P>
+KVTILE_DEVICE constexpr bool bulk_path() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return P::bulk_copies;
+#else
+  return false;
+#endif
+}
 
 KVTILE_DEVICE std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
@@ -208,22 +244,56 @@ KVTILE_DEVICE void mbar_inval(std::uint64_t* bar) {
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 
-KVTILE_DEVICE void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Makes initialized barriers visible to the async proxy (sm_90+; below, the
+// __syncthreads that follows the initialization orders it).
+KVTILE_DEVICE void mbar_init_fence() {
+  NV_IF_TARGET(NV_PROVIDES_SM_90, (asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");));
+}
 
-KVTILE_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Orders generic-proxy accesses of shared memory before later bulk copies
+// (async proxy) into it; cp.async (sm_80 path) needs no proxy fence.
+KVTILE_DEVICE void fence_proxy_async() {
+  NV_IF_TARGET(NV_PROVIDES_SM_90, (asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");));
+}
+
+// Lets the dependent (merge) kernel start launching (PDL, sm_90+).
+KVTILE_DEVICE void trigger_dependents() { NV_IF_TARGET(NV_PROVIDES_SM_90, (cudaTriggerProgrammaticLaunchCompletion();)); }
 
 KVTILE_DEVICE void mbar_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
+  NV_IF_TARGET(NV_PROVIDES_SM_90,
+               (asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+                             "r"(bytes)
+                             : "memory");),
+               (__trap();));
 }
 
 // One bulk copy global -> shared, completing on `bar`. bytes % 16 == 0, both 16-byte aligned.
 KVTILE_DEVICE void bulk_copy_g2s(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
+  NV_IF_TARGET(NV_PROVIDES_SM_90,
+               (asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+                             "[%3];\n" ::"r"(smem_addr(dst)),
+                             "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                             : "memory");),
+               (__trap();));
+}
+
+// 16 bytes global -> shared (L2 only), asynchronously; both 16-byte aligned.
+KVTILE_DEVICE void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)),
+               "l"(static_cast<std::uint64_t>(__cvta_generic_to_global(src)))
+               : "memory");
+}
+
+// The executing lane arrives on `bar` once its earlier cp.async copies have
+// landed (the barrier's count includes this arrival).
+KVTILE_DEVICE void cp_async_arrive(std::uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Warp-cooperative copy of `bytes` (a multiple of 16, 16-byte aligned ends)
+// in 16-byte pieces, lane `lane` taking pieces lane, lane + 32, ...
+KVTILE_DEVICE void warp_copy_async(std::uint8_t* dst, const std::uint8_t* src, std::uint32_t bytes, int lane) {
+  for (std::uint32_t o = 16u * static_cast<std::uint32_t>(lane); o < bytes; o += 512u) cp_async16(dst + o, src + o);
 }
 
 // Named CTA barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a
@@ -234,20 +304,32 @@ KVTILE_DEVICE void named_barrier_sync(int id, int threads) {
 }
 
 KVTILE_DEVICE void mbar_arrive(std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+  NV_IF_TARGET(NV_PROVIDES_SM_90,
+               (asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");),
+               (asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar))
+                             : "memory");));
 }
 
+// Waits for the completion of the phase of `bar` with the given parity.
 KVTILE_DEVICE void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
   const std::uint32_t a = smem_addr(bar);
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(a),
-      "r"(parity)
-      : "memory");
+  NV_IF_TARGET(NV_PROVIDES_SM_90,
+               (asm volatile("{\n"
+                             ".reg .pred done;\n"
+                             "WAIT_%=:\n"
+                             "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                             "@!done bra WAIT_%=;\n"
+                             "}\n" ::"r"(a),
+                             "r"(parity)
+                             : "memory");),
+               (asm volatile("{\n"
+                             ".reg .pred done;\n"
+                             "WAIT_%=:\n"
+                             "mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+                             "@!done bra WAIT_%=;\n"
+                             "}\n" ::"r"(a),
+                             "r"(parity)
+                             : "memory");));
 }
 
 }  // namespace attention::detail

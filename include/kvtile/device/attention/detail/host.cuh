@@ -15,7 +15,7 @@
 #include "../../../status.hpp"
 #include "../decode_args.hpp"
 #include "common.cuh"
-#include "launch.cuh"
+#include "../../detail/launch.cuh"
 #include "merge.cuh"
 #include "schedule.hpp"
 
@@ -36,9 +36,11 @@ inline int choose_splits(int units, int max_tiles, int warps, int requested, int
   return s < 1 ? 1 : s;
 }
 
+// SMs of the current device (cached per device and launch-setup epoch,
+// device/detail/launch.cuh); 1 without a device.
 inline int current_sm_count() {
-  int dev = 0;
-  return cudaGetDevice(&dev) == cudaSuccess ? sm_count(dev) : 1;
+  device::device_caps caps;
+  return device::detail::current_device(caps).ok() && caps.sm_count > 0 ? caps.sm_count : 1;
 }
 
 template <class QT>
@@ -51,8 +53,7 @@ status check_common(const decode_args<QT>& a, int num_seqs, int kv_heads) {
   if (a.num_splits < 0 || a.num_splits > 4096) return status::invalid_argument;
   if (a.max_q_tokens < 1 || a.max_q_tokens > max_q_tokens || (!a.qo_indptr && a.max_q_tokens != 1))
     return status::invalid_argument;
-  if (num_seqs > 65535 || kv_heads * ((a.max_q_tokens * (a.q_heads / kv_heads) + max_group - 1) / max_group) > 65535)
-    return status::invalid_argument;
+  if (!launch_shape_ok(num_seqs, kv_heads, a.q_heads, a.max_q_tokens)) return status::invalid_argument;
   return status::success;
 }
 
@@ -66,46 +67,6 @@ int q_span_of(const decode_args<QT>& a) {
 template <class QT>
 int rows_per_kv_head(const decode_args<QT>& a, int kv_heads) {
   return q_span_of(a) * (a.q_heads / kv_heads);
-}
-
-// Workspace: the partials of every slot, then the plan's work list, CTA ranges
-// and unit spans (written by decode_plan::plan; unused by the one-call path).
-struct ws_layout {
-  std::size_t o = 0, ml = 0, work = 0, cta = 0, spans = 0, bytes = 0;
-  std::int64_t chunks = 0;
-};
-// unit_rows: query rows of a unit (8 or 16, unit_rows_for); q_span: query
-// tokens per sequence.
-inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d,
-                            int unit_rows = max_group, int q_span = 1) {
-  auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
-  const int rows_total = q_span * (q_heads / kv_heads), qgroups = (rows_total + unit_rows - 1) / unit_rows;
-  const int slot_rows = rows_total < unit_rows ? rows_total : unit_rows;
-  const std::int64_t units = static_cast<std::int64_t>(num_seqs) * kv_heads * qgroups;
-  ws_layout L;
-  L.chunks = max_chunks(units, ctas, num_splits);  // also the one-call path's bound: units x splits <= max(units, ctas)
-  const std::size_t rows = static_cast<std::size_t>(L.chunks) * slot_rows;
-  L.ml = up(rows * d * sizeof(float));
-  L.work = L.ml + up(rows * 2 * sizeof(float));
-  L.cta = L.work + up(static_cast<std::size_t>(L.chunks) * sizeof(work_item));
-  L.spans = L.cta + up((static_cast<std::size_t>(ctas) + 1) * sizeof(std::int32_t));
-  L.bytes = L.spans + up(static_cast<std::size_t>(units) * sizeof(unit_span));
-  return L;
-}
-
-// The larger workspace of the two unit sizes (8 and 16 query rows): a bound
-// for every policy.
-inline std::size_t workspace_bound(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d,
-                                   int q_span = 1) {
-  const std::size_t a = layout_for(num_seqs, kv_heads, q_heads, num_splits, ctas, d, max_group, q_span).bytes;
-  const std::size_t b = layout_for(num_seqs, kv_heads, q_heads, num_splits, ctas, d, 2 * max_group, q_span).bytes;
-  return a > b ? a : b;
-}
-
-// Query rows of a unit for `rows` query rows per KV head (q_span x group): 16
-// (two n-blocks) when there are more than 8 and the policy allows it, else 8.
-inline int unit_rows_for(int rows, int max_unit_rows) {
-  return rows > max_group && max_unit_rows >= 2 * max_group ? 2 * max_group : max_group;
 }
 
 template <class QT>
@@ -136,30 +97,25 @@ kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, in
   return p;
 }
 
-// Launches the attention kernel and the merge kernel; every error is the
-// launch's own (cudaLaunchKernelEx's return), none is cleared or reported twice.
-template <class QT, int D, bool Rotated, class KernelT, class View>
-status launch(KernelT kernel, std::size_t smem, int threads, dim3 grid, const View& view, const kernel_params& p,
-              const decode_args<QT>& a, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  if (cudaLaunchKernelEx(&cfg, kernel, view, p) != cudaSuccess) return status::cuda_error;
+// Launches the attention kernel and the merge kernel (device/detail/launch.cuh:
+// per-device setup, each launch's own error). The merge kernel overlaps the
+// attention kernel's tail by programmatic dependent launch where the device
+// has it (compute capability 9.0+) and a.pdl is set.
+template <auto Kernel, class QT, int D, bool Rotated, class View>
+device::launch_result launch(std::size_t smem, int threads, dim3 grid, const View& view, const kernel_params& p,
+                             const decode_args<QT>& a, cudaStream_t stream) {
+  namespace dd = device::detail;
+  constexpr auto merge = combine_kernel<QT, D, Rotated>;
+  if (device::launch_result r = dd::prepare_kernel<Kernel>(smem); !r.ok()) return r;
+  if (device::launch_result r = dd::prepare_kernel<merge>(0); !r.ok()) return r;
+  device::device_caps caps;
+  if (device::launch_result r = dd::current_device(caps); !r.ok()) return r;
+  if (device::launch_result r = dd::launch_kernel<Kernel>(grid, dim3(threads), smem, {stream, false}, view, p); !r.ok())
+    return r;
   const std::int64_t out_rows = static_cast<std::int64_t>(view.num_seqs) * p.q_span * a.q_heads;  // tokens past n_s: no-ops
-  cudaLaunchConfig_t mc = {};
-  mc.gridDim = dim3(static_cast<unsigned>((out_rows + combine_rows - 1) / combine_rows));
-  mc.blockDim = dim3(32 * combine_rows);
-  mc.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  mc.attrs = attr;
-  mc.numAttrs = a.pdl ? 1 : 0;
-  if (cudaLaunchKernelEx(&mc, combine_kernel<QT, D, Rotated>, p, a.out, a.lse, out_rows) != cudaSuccess)
-    return status::cuda_error;
-  return status::success;
+  const dim3 mgrid(static_cast<unsigned>((out_rows + combine_rows - 1) / combine_rows));
+  return dd::launch_kernel<merge>(mgrid, dim3(32 * combine_rows), 0, {stream, a.pdl && caps.cc >= 90}, p, a.out, a.lse,
+                                  out_rows);
 }
 
 template <class T>

@@ -17,25 +17,41 @@
 KVTILE_NAMESPACE_BEGIN
 namespace attention::detail {
 
+// Whether policy P compiles its kernels for target `arch` (10 x compute
+// capability): the kernels' bodies (has_body) and the host's selection of a
+// policy from the image a device runs (paged_decode.cuh) follow this one rule.
+template <class P>
+KVTILE_HOST_DEVICE constexpr bool compiled_for(int arch) {
+  return arch >= P::min_arch && arch < P::max_arch;
+}
+
+// Whether policy P's kernels have a body on the target being compiled; other
+// targets get an empty body that traps.
+template <class P>
+KVTILE_DEVICE constexpr bool has_body() {
+#if defined(__CUDA_ARCH__)
+  return compiled_for<P>(__CUDA_ARCH__);
+#else
+  return true;
+#endif
+}
+
+// P: the decode policy (load path, and which targets compile a body).
 // NB n-blocks (query rows 8 NB per unit): each ring has NB warps, warp nb of
 // the ring runs every tile of the ring for query rows 8 nb .. 8 nb + 7, so a
 // record is fetched once for all of them (the ring's warps meet on a named
 // barrier before warp 0 refills a stage: warp_loop's H = NB path).
-// Swz: the conflict-free stage layout (quant_swizzled).
-template <class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1, bool Swz = false>
+template <class P, class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1>
 __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
-  // Hopper only (bulk copies, mbarrier transaction counts, griddepcontrol):
-  // can_implement answers unsupported_arch below compute capability 9.0, and
-  // older targets get no body, so that a translation unit's compute_80 PTX
-  // (its codec and paged kernels) assembles for them.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  __trap();
-#else
+  if constexpr (!has_body<P>()) {
+    __trap();
+  } else {
+  constexpr bool Bulk = bulk_path<P>();
   constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H * NB;
   static_assert(Pool == 0 || (H == 1 && Stages == 1 && Pool > W), "a stage pool: one warp per record, > W stages");
   static_assert(NB == 1 || (H == 1 && Pool == 0 && !PK), "n-blocks: one warp per record and n-block, rings");
-  using SL = stage_layout<Config, Packer, H, Swz>;  // the record in a stage (code pieces, padding)
+  using SL = stage_layout<Config, Packer, H>;  // the record in a stage
   // Pool: R x Stages = Pool stages; the 2 Pool barrier slots are Pool full barriers and the tickets.
   using plan = smem_plan<D, W, Stages, SL::bytes, (Pool > 0 ? Pool : R), true, NB * max_group>;
   extern __shared__ __align__(128) std::uint8_t smem[];
@@ -52,7 +68,7 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
   for (int ci = first; ci < first + count; ++ci) {
     const chunk_ref c = chunk_at(p, ci, cache.seq_lens, G);
     const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
-    init_barriers<nbars, Pool>(bars, tickets, ci > first);
+    init_barriers<nbars, Pool, Bulk>(bars, tickets, ci > first);
     const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left, p.q_span);
     const int n_full = ts.len / G, tail = ts.len % G;
     const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
@@ -65,21 +81,22 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
       const std::int32_t pg = ptab[j];
       return pg >= 0 && pg < cache.num_pages;
     };
-    auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+    const int lane = threadIdx.x & 31;
+    auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {  // issues_copies<Bulk> lanes (pipeline.cuh)
       if (!is_quant(j)) return;
       if (page_ok(j)) {
-        stage_record<SL>(dst, cache.record(ptab[j], kvh), bar);
+        stage_record<SL, Bulk>(dst, cache.record(ptab[j], kvh), bar, lane);
       } else {
-        mbar_arrive(bar);
+        stage_skip(bar);
       }
     };
     __syncthreads();  // barriers initialized: the first records fly while the queries are rotated
     if constexpr (Pool > 0) {
-      pool_prologue<W, Pool>(j0, j1, stages, plan::stage_bytes, bars, tickets, stage_src);
+      pool_prologue<W, Pool, Bulk>(j0, j1, stages, plan::stage_bytes, bars, tickets, stage_src);
     } else {
-      ring_prologue<R, H * NB, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
+      ring_prologue<R, H * NB, Stages, Bulk>(j0, j1, stages, plan::stage_bytes, bars, stage_src);
     }
-    load_queries<QT, D, W, true, true, Swz, NB * max_group>(p, seq, kvh, qg, qn, nf, qf);
+    load_queries<QT, D, W, true, true, NB * max_group>(p, seq, kvh, qg, qn, nf, qf);
     __syncthreads();
 
     const int sub = (threadIdx.x >> 5) % H;
@@ -105,42 +122,41 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
       const tile_mod md = make_tile_mod(rb, j * G, G, p.cap);  // on only at window / causal boundaries or a cap
       if (is_quant(j)) {
         mbar_wait(bar, par);
-        if (page_ok(j)) quant_tile<Config, Packer, H, Swz, PK>(buf, qnb, qfb, nfq, st, sub, md);
+        if (page_ok(j)) quant_tile<Config, Packer, H, PK>(buf, qnb, qfb, nfq, st, sub, md);
         return true;
       }
       const std::int64_t off = cache.tile_offset(seq, kvh);
       if (j < n_full) {  // the sink
-        fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
+        fp16_tile<D, G, H, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
                                     reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, md, qfb, nfq,
                                     st, sub);
       } else {
-        fp16_tile<D, G, H, Swz, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
+        fp16_tile<D, G, H, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
                                     reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, md, qfb, nfq,
                                     st, sub);
       }
       return false;
     };
     if constexpr (Pool > 0) {
-      pool_loop<W, Pool>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
+      pool_loop<W, Pool, Bulk>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
     } else {
-      warp_loop<R, H * NB, Stages, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+      warp_loop<R, H * NB, Stages, Bulk, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     }
-    if (ci + 1 == first + count)
-      cudaTriggerProgrammaticLaunchCompletion();  // the merge kernel may start launching
-    write_partial<D, W, Swz, PK ? 1 : 2, NB>(st, stages, p, qg, c.slot);
+    if (ci + 1 == first + count) trigger_dependents();  // the merge kernel may start launching
+    write_partial<D, W, PK ? 1 : 2, NB>(st, stages, p, qg, c.slot);
     fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
     __syncthreads();
   }
-#endif
+  }
 }
 
-template <int D, int PT, class QT, int W, int Stages>
+template <class P, int D, int PT, class QT, int W, int Stages>
 __global__ void __launch_bounds__(W * 32, 1)
     fp16_decode_kernel(const __grid_constant__ fp16_paged_cache_view cache, const __grid_constant__ kernel_params p) {
-  // Hopper only, as quant_decode_kernel.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  __trap();
-#else
+  if constexpr (!has_body<P>()) {
+    __trap();
+  } else {
+  constexpr bool Bulk = bulk_path<P>();
   constexpr std::size_t half_bytes = static_cast<std::size_t>(PT) * D * 2;
   using plan = smem_plan<D, W, Stages, 2 * half_bytes>;
   extern __shared__ __align__(128) std::uint8_t smem[];
@@ -155,8 +171,8 @@ __global__ void __launch_bounds__(W * 32, 1)
   for (int ci = first; ci < first + count; ++ci) {
     const chunk_ref c = chunk_at(p, ci, cache.seq_lens, PT);
     const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
-    init_barriers<W * Stages, 0>(bars, nullptr, ci > first);
-    load_queries<QT, D, W, false, false, false>(p, seq, kvh, qg, qn, nf, qf);
+    init_barriers<W * Stages, 0, Bulk>(bars, nullptr, ci > first);
+    load_queries<QT, D, W, false, false>(p, seq, kvh, qg, qn, nf, qf);
     __syncthreads();
 
     const tile_span ts = tile_range(cache.seq_lens[seq], PT, p.max_len, p.window_left, p.q_span);
@@ -181,15 +197,24 @@ __global__ void __launch_bounds__(W * 32, 1)
     warp_state<D> st;
     st.reset();
 
-    auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {
+    const int lane = threadIdx.x & 31;
+    auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {  // issues_copies<Bulk> lanes (pipeline.cuh)
       if (!page_ok(j)) {
-        mbar_arrive(bar);
+        stage_skip(bar);
         return;
       }
       const std::int64_t off = cache.block_offset(ptab[j], kvh);
-      mbar_expect_tx(bar, static_cast<std::uint32_t>(2 * half_bytes));
-      bulk_copy_g2s(dst, cache.k + off, static_cast<std::uint32_t>(half_bytes), bar);
-      bulk_copy_g2s(dst + half_bytes, cache.v + off, static_cast<std::uint32_t>(half_bytes), bar);
+      const auto* k = reinterpret_cast<const std::uint8_t*>(cache.k + off);
+      const auto* v = reinterpret_cast<const std::uint8_t*>(cache.v + off);
+      if constexpr (Bulk) {
+        mbar_expect_tx(bar, static_cast<std::uint32_t>(2 * half_bytes));
+        bulk_copy_g2s(dst, k, static_cast<std::uint32_t>(half_bytes), bar);
+        bulk_copy_g2s(dst + half_bytes, v, static_cast<std::uint32_t>(half_bytes), bar);
+      } else {
+        warp_copy_async(dst, k, static_cast<std::uint32_t>(half_bytes), lane);
+        warp_copy_async(dst + half_bytes, v, static_cast<std::uint32_t>(half_bytes), lane);
+        cp_async_arrive(bar);
+      }
     };
     auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
       mbar_wait(bar, par);
@@ -201,14 +226,13 @@ __global__ void __launch_bounds__(W * 32, 1)
       }
       return true;
     };
-    warp_loop<W, 1, Stages>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
-    if (ci + 1 == first + count)
-      cudaTriggerProgrammaticLaunchCompletion();  // the merge kernel may start launching
+    warp_loop<W, 1, Stages, Bulk>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+    if (ci + 1 == first + count) trigger_dependents();  // the merge kernel may start launching
     write_partial<D, W>(st, stages, p, qg, c.slot);
     fence_proxy_async();
     __syncthreads();
   }
-#endif
+  }
 }
 
 }  // namespace attention::detail

@@ -22,10 +22,10 @@ namespace attention::detail {
 
 // ---------------------------------------------------------------- epilogue
 // Merges the warps of a CTA and writes the split's partial (m, l, O) in the
-// rotated frame (unnormalized, relative to m) to the workspace. Swz: the
-// accumulators are in out_order<D, true> (tile_layout.cuh). NB n-blocks: warp w
+// rotated frame (unnormalized, relative to m) to the workspace; the
+// accumulators are in out_order<D> (tile_layout.cuh). NB n-blocks: warp w
 // holds query rows 8 (w % NB) .. + 7.
-template <int D, int W, bool Swz = false, int NQ = 2, int NB = 1>
+template <int D, int W, int NQ = 2, int NB = 1>
 KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, const kernel_params& p, int qg,
                                  int slot) {
   constexpr int os = D + 4;
@@ -43,7 +43,7 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
   for (int m = 0; m < D / 16; ++m)
 #pragma unroll
     for (int c = 0; c < 2 * NQ; ++c)
-      wo[(warp * max_group + NQ * t + c % NQ) * os + out_order<D, Swz>::chan(r, m, c / NQ)] = st.o[m][c];
+      wo[(warp * max_group + NQ * t + c % NQ) * os + out_order<D>::chan(r, m, c / NQ)] = st.o[m][c];
   if (r == 0) {
 #pragma unroll
     for (int q = 0; q < NQ; ++q) {

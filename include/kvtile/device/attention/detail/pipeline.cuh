@@ -41,41 +41,40 @@ struct smem_plan {
   static_assert(merge_bytes <= stage_bytes * R * Stages, "epilogue scratch must fit in the stage area");
 };
 
-inline constexpr std::size_t smem_budget = 222 * 1024;
-
-template <std::size_t StageBytes, int Stages, int MaxW = 8>
+// Budget: the shared memory a policy may plan for (decode_policy::smem_budget,
+// a device's opt-in limit per block).
+// Warps (rings) whose stages fit the budget less 13 KB for the query rows, the
+// fragments and the barriers; fit_rings then checks the whole plan.
+template <std::size_t StageBytes, int Stages, int MaxW, std::size_t Budget>
 constexpr int warps_for() {
   const std::size_t per_warp = (StageBytes + 127) / 128 * 128 * Stages + 16 * Stages;
-  const std::size_t w = (smem_budget - 8 * 1024) / per_warp;
+  const std::size_t w = (Budget - 13 * 1024) / per_warp;
   return w >= MaxW ? MaxW : (w < 1 ? 1 : static_cast<int>(w));
 }
 
-// The largest ring count <= R whose plan (stages of StageBytes) fits the SM's
-// 227 KB (warps_for keeps 8 KB of slack; the padded stages of tile_layout.cuh
-// need part of it: k4v2_g128 D = 128 fp8 keeps 8 rings with 224,128 of 232,448
-// bytes). See quant_swizzled.
-template <int D, int Stages, std::size_t StageBytes, bool KeepQn, int R, int Rows = max_group>
+// The largest ring count <= R whose plan (stages of StageBytes) fits Budget
+// (1 if none does: the policy's static_assert then rejects it).
+template <int D, int Stages, std::size_t StageBytes, bool KeepQn, int R, std::size_t Budget, int Rows = max_group>
 constexpr int fit_rings() {
   if constexpr (R <= 1) {
     return 1;
-  } else if constexpr (smem_plan<D, R * (Rows / max_group), Stages, StageBytes, R, KeepQn, Rows>::bytes <=
-                       227 * 1024) {
+  } else if constexpr (smem_plan<D, R * (Rows / max_group), Stages, StageBytes, R, KeepQn, Rows>::bytes <= Budget) {
     return R;
   } else {
-    return fit_rings<D, Stages, StageBytes, KeepQn, R - 1, Rows>();
+    return fit_rings<D, Stages, StageBytes, KeepQn, R - 1, Budget, Rows>();
   }
 }
 
-// The largest pool size <= P (stages shared by W warps) that fits, or 0 when
-// that is not more than W (a pool needs spare stages).
-template <int D, int W, std::size_t StageBytes, bool KeepQn, int P>
+// The largest pool size <= P (stages shared by W warps) that fits Budget, or
+// 0 when that is not more than W (a pool needs spare stages).
+template <int D, int W, std::size_t StageBytes, bool KeepQn, int P, std::size_t Budget>
 constexpr int fit_pool() {
   if constexpr (P <= W) {
     return 0;
-  } else if constexpr (smem_plan<D, W, 1, StageBytes, P, KeepQn>::bytes <= 227 * 1024) {
+  } else if constexpr (smem_plan<D, W, 1, StageBytes, P, KeepQn>::bytes <= Budget) {
     return P;
   } else {
-    return fit_pool<D, W, StageBytes, KeepQn, P - 1>();
+    return fit_pool<D, W, StageBytes, KeepQn, P - 1, Budget>();
   }
 }
 template <int D, int W, std::size_t StageBytes, bool KeepQn, int P>
@@ -94,34 +93,24 @@ constexpr int warps_per_record() {
   return 1;
 }
 
-// Whether the quantized kernel of (Config, Packer) with `Rows` query rows uses
-// the conflict-free stage layout (tile_layout.cuh): when Allowed
-// (decode_policy::conflict_free_layout), unless its padding would cost a ring
-// (a record in flight per stage pair) under the 227 KB of shared memory; of
-// the presets only k4v2_g128 D = 256 fp16_scales (4 rings, 256 bytes to spare)
-// keeps the previous layout with 8 rows.
-template <class Config, class Packer, int Stages, int MaxRings, bool Allowed, int Rows = max_group>
-constexpr bool quant_swizzled() {
-  if constexpr (!Allowed) {
-    return false;
-  } else {
-    constexpr int r0 = warps_for<Packer::template layout<Config>::bytes, Stages, MaxRings>();
-    using SL = stage_layout<Config, Packer, warps_per_record<Config>(), true>;
-    return fit_rings<Config::head_dim, Stages, SL::bytes, true, r0, Rows>() == r0;
-  }
-}
-
 // Warp loop shared by both kernels: tiles j in [j0, j1) of one sequence. The
 // W = R * H warps form R rings of H warps; ring w takes tiles j0 + w, j0 + w + R,
 // ..., every warp of the ring runs every tile of it (each its part).
 // stage_src(j, dst, bar) issues the copies of an async tile (nothing if the tile
-// is not staged); run(j, stage, bar, parity) processes tile j and returns
-// whether it was staged. Lane 0 of the ring's warp 0 issues the copies; with
+// is not staged), called by lane 0 of the issuing warp with bulk copies and by
+// every lane of it with cp.async (Bulk: the load path, fragments.cuh);
+// run(j, stage, bar, parity) processes tile j and returns whether it was
+// staged. The ring's warp 0 issues the copies; with
 // H = 2 both warps of the ring meet on named barrier 1 + ring (bar.sync) after
 // each staged tile that is followed by a refill, so the other warp's reads of
 // the stage precede the refill (bar.arrive alone would not do: a warp a tile
 // ahead would arrive twice in one barrier phase).
-template <int R, int H, int Stages, class StageFn>
+template <bool Bulk>
+KVTILE_DEVICE bool issues_copies(int lane) {
+  return !Bulk || lane == 0;
+}
+
+template <int R, int H, int Stages, bool Bulk, class StageFn>
 KVTILE_DEVICE void ring_prologue(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
                                  StageFn&& stage_src) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -130,12 +119,12 @@ KVTILE_DEVICE void ring_prologue(int j0, int j1, std::uint8_t* stages, std::size
 #pragma unroll
   for (int k = 0; k < Stages; ++k) {
     const int j = j0 + ring + k * R;
-    if (j < j1 && sub == 0 && lane == 0) stage_src(j, my + k * stage_bytes, bars + ring * Stages + k);
+    if (j < j1 && sub == 0 && issues_copies<Bulk>(lane)) stage_src(j, my + k * stage_bytes, bars + ring * Stages + k);
   }
 }
 
 // Prologue = false: the caller has run ring_prologue already.
-template <int R, int H, int Stages, bool Prologue = true, class StageFn, class RunFn>
+template <int R, int H, int Stages, bool Bulk, bool Prologue = true, class StageFn, class RunFn>
 KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* bars,
                              StageFn&& stage_src, RunFn&& run) {
   static_assert(H == 1 || H == 2, "one or two warps per ring");
@@ -146,7 +135,7 @@ KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t s
   std::uint64_t* full = bars + ring * Stages;
   std::uint32_t parity = 0;
   int phases = 0;  // named-barrier phases of this ring (H = 2)
-  if constexpr (Prologue) ring_prologue<R, H, Stages>(j0, j1, stages, stage_bytes, bars, stage_src);
+  if constexpr (Prologue) ring_prologue<R, H, Stages, Bulk>(j0, j1, stages, stage_bytes, bars, stage_src);
   for (int k = 0;; ++k) {
     const int j = j0 + ring + k * R;
     if (j >= j1) break;
@@ -165,7 +154,7 @@ KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t s
       }
       if (sub != 0) continue;
     }
-    if (lane == 0) {
+    if (issues_copies<Bulk>(lane)) {
       fence_proxy_async();
       stage_src(jn, buf, full + sidx);
     }
@@ -205,18 +194,25 @@ KVTILE_DEVICE void ticket_release(std::uint32_t* p, std::uint32_t v) {
   atomicExch(p, v);
 }
 
-template <int W, int S, class StageFn>
+// With cp.async every lane issues copies: the warp meets before lane 0 hands
+// the stage on (the copies, and their barrier arrivals, precede the ticket).
+template <int W, int S, bool Bulk, class StageFn>
 KVTILE_DEVICE void pool_prologue(int j0, int j1, std::uint8_t* stages, std::size_t stage_bytes, std::uint64_t* full,
                                  std::uint32_t* tickets, StageFn&& stage_src) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane != 0) return;
+  if (!issues_copies<Bulk>(lane)) return;
   for (int k = warp; k < S; k += W) {
     if (j0 + k < j1) stage_src(j0 + k, stages + k * stage_bytes, full + k);
-    ticket_release(tickets + k, 1u);
+    if constexpr (!Bulk) {
+      __syncwarp();
+      if (lane == 0) ticket_release(tickets + k, 1u);
+    } else {
+      ticket_release(tickets + k, 1u);
+    }
   }
 }
 
-template <int W, int S, class StageFn, class RunFn>
+template <int W, int S, bool Bulk, class StageFn, class RunFn>
 KVTILE_DEVICE void pool_loop(int j0, int j1, bool skip0, std::uint8_t* stages, std::size_t stage_bytes,
                              std::uint64_t* full, std::uint32_t* tickets, StageFn&& stage_src, RunFn&& run) {
   static_assert(S > W, "a pool has more stages than warps");
@@ -232,10 +228,15 @@ KVTILE_DEVICE void pool_loop(int j0, int j1, bool skip0, std::uint8_t* stages, s
     std::uint8_t* buf = stages + sidx * stage_bytes;
     run(j0 + k, buf, full + sidx, static_cast<std::uint32_t>(staged_before) & 1u);
     __syncwarp();
-    if (lane == 0 && k + S < n) {
+    if (k + S < n && issues_copies<Bulk>(lane)) {
       fence_proxy_async();
       stage_src(j0 + k + S, buf, full + sidx);
-      ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
+      if constexpr (!Bulk) {
+        __syncwarp();
+        if (lane == 0) ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
+      } else {
+        ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
+      }
     }
   }
 }
@@ -277,12 +278,13 @@ KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int3
 
 // (Re)initializes the CTA's mbarriers (and pool tickets) before a chunk; the
 // previous chunk's phases are all complete (every issued copy was waited for).
-template <int NBars, int Pool>
+// Bulk: the load path (stage_arrivals).
+template <int NBars, int Pool, bool Bulk>
 KVTILE_DEVICE void init_barriers(std::uint64_t* bars, std::uint32_t* tickets, bool again) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < NBars; ++i) {
       if (again) mbar_inval(bars + i);
-      mbar_init(bars + i, 1);
+      mbar_init(bars + i, stage_arrivals<Bulk>);
     }
     for (int i = 0; i < Pool; ++i) tickets[i] = 0u;
     mbar_init_fence();

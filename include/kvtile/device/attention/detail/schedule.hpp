@@ -25,6 +25,22 @@
 KVTILE_NAMESPACE_BEGIN
 namespace attention::detail {
 
+inline constexpr int max_group = 8;  // query rows per n-block (the MMA's N)
+inline constexpr int max_q_tokens = 8;  // multi-query: new tokens per sequence
+
+// The launch shapes the kernels' grids (and the workspace sizes, computed in
+// 64 bits) can hold: q_heads a positive multiple of kv_heads, 0 <= num_seqs <=
+// 65535 (grid z), max_q_tokens in [1, 8], and kv_heads x query groups (units
+// per sequence, grid y) <= 65535; a query group is up to 8 query rows (rows
+// per KV head: max_q_tokens x q_heads / kv_heads). Checked before any size is
+// computed from them.
+inline bool launch_shape_ok(int num_seqs, int kv_heads, int q_heads, int max_q) {
+  if (q_heads <= 0 || kv_heads <= 0 || q_heads % kv_heads != 0 || num_seqs < 0 || num_seqs > 65535) return false;
+  if (max_q < 1 || max_q > max_q_tokens) return false;
+  const std::int64_t rows = static_cast<std::int64_t>(max_q) * (q_heads / kv_heads);
+  return static_cast<std::int64_t>(kv_heads) * ((rows + max_group - 1) / max_group) <= 65535;
+}
+
 // One chunk: tiles [j0, j1) of unit `unit` (seq * units_per_seq + u), partial slot `slot`.
 struct work_item {
   std::int32_t unit;
@@ -246,6 +262,49 @@ inline schedule make_schedule(const schedule_request& r) {
     }
   }
   return build_schedule(r, jlo, ntile, longest, best_c);
+}
+
+// Workspace: the partials of every slot, then the plan's work list, CTA ranges
+// and unit spans (written by decode_plan::plan; unused by the one-call path).
+struct ws_layout {
+  std::size_t o = 0, ml = 0, work = 0, cta = 0, spans = 0, bytes = 0;
+  std::int64_t chunks = 0;
+};
+// unit_rows: query rows of a unit (8 or 16, unit_rows_for); q_span: query
+// tokens per sequence.
+inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d,
+                            int unit_rows = max_group, int q_span = 1) {
+  auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
+  const int rows_total = q_span * (q_heads / kv_heads), qgroups = (rows_total + unit_rows - 1) / unit_rows;
+  const int slot_rows = rows_total < unit_rows ? rows_total : unit_rows;
+  const std::int64_t units = static_cast<std::int64_t>(num_seqs) * kv_heads * qgroups;
+  ws_layout L;
+  L.chunks = max_chunks(units, ctas, num_splits);  // also the one-call path's bound: units x splits <= max(units, ctas)
+  const std::size_t rows = static_cast<std::size_t>(L.chunks) * slot_rows;
+  L.ml = up(rows * d * sizeof(float));
+  L.work = L.ml + up(rows * 2 * sizeof(float));
+  L.cta = L.work + up(static_cast<std::size_t>(L.chunks) * sizeof(work_item));
+  L.spans = L.cta + up((static_cast<std::size_t>(ctas) + 1) * sizeof(std::int32_t));
+  L.bytes = L.spans + up(static_cast<std::size_t>(units) * sizeof(unit_span));
+  return L;
+}
+
+// The larger workspace of the two unit sizes (8 and 16 query rows): a bound
+// for every policy. 0 for a shape launch_shape_ok rejects or num_splits
+// outside [0, 4096] (no size is computed from those).
+inline std::size_t workspace_bound(int num_seqs, int kv_heads, int q_heads, int num_splits, int ctas, int d,
+                                   int q_span = 1) {
+  if (!launch_shape_ok(num_seqs, kv_heads, q_heads, q_span) || num_splits < 0 || num_splits > 4096 || ctas < 1)
+    return 0;
+  const std::size_t a = layout_for(num_seqs, kv_heads, q_heads, num_splits, ctas, d, max_group, q_span).bytes;
+  const std::size_t b = layout_for(num_seqs, kv_heads, q_heads, num_splits, ctas, d, 2 * max_group, q_span).bytes;
+  return a > b ? a : b;
+}
+
+// Query rows of a unit for `rows` query rows per KV head (q_span x group): 16
+// (two n-blocks) when there are more than 8 and the policy allows it, else 8.
+inline int unit_rows_for(int rows, int max_unit_rows) {
+  return rows > max_group && max_unit_rows >= 2 * max_group ? 2 * max_group : max_group;
 }
 
 }  // namespace attention::detail

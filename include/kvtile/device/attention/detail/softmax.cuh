@@ -13,8 +13,8 @@ namespace attention::detail {
 
 // Per-warp online-softmax state; thread (r = lane/4, t = lane%4) holds queries
 // 2t, 2t+1 (NQ = 2; o[m][2h + q]) or query t (NQ = 1, the packed layout below;
-// o[m][h]) and output channels out_order<D, Swz>::chan(r, m, h), m < D/16,
-// h < 2 ((D/8) r + 2m + h without Swz; tile_layout.cuh).
+// o[m][h]) and output channels out_order<D>::chan(r, m, h) = (D/8) r + 2m + h,
+// m < D/16, h < 2 (tile_layout.cuh).
 template <int D, int NQ = 2>
 struct warp_state {
   static_assert(NQ == 1 || NQ == 2, "one or two queries per thread");

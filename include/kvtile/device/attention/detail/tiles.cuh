@@ -23,9 +23,9 @@ namespace attention::detail {
 // Rotates (FWHT), scales and normalizes the CTA's query rows into shared memory:
 // qn[row][d] = (q H)[d] * scale * log2(e) / nf[row], nf[row] a power of two with
 // max |qn[row]| in [1, 2). Rows past the group are zero. The fragments qf follow
-// the QK channel order key_order<D, Swz> (tile_layout.cuh); Rows = 8 x n-blocks
+// the QK channel order key_order<D> (tile_layout.cuh); Rows = 8 x n-blocks
 // (block nb's fragments at qf + qf_block<D>(nb)).
-template <class QT, int D, int W, bool Rotate, bool KeepQn, bool Swz, int Rows = max_group>
+template <class QT, int D, int W, bool Rotate, bool KeepQn, int Rows = max_group>
 KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg, float* qn, float* nf, uint4* qf) {
   static_assert(KeepQn || Rows == max_group, "the overlaid fragments (fp16 kernel) hold one n-block");
   constexpr int q_stride = D + 16;
@@ -62,25 +62,16 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
     if (amax > 0.0f) frexpf(amax, &e);  // amax in [2^(e-1), 2^e)
     const int k = amax > 0.0f ? e - 1 : 0;
     __syncwarp();
-    if constexpr (KeepQn && Swz) {  // kept rows are padded (key_order::qpad) for the per-tile k-step reads
-      float x[D / 32];
-#pragma unroll
-      for (int i = 0; i < D / 32; ++i) x[i] = ldexpf(v[lane + 32 * i], -k);
-      __syncwarp();
-#pragma unroll
-      for (int i = 0; i < D / 32; ++i) v[key_order<D, Swz>::qpad(lane + 32 * i)] = x[i];
-    } else {
-      for (int d = lane; d < D; d += 32) v[d] = ldexpf(v[d], -k);
-    }
+    for (int d = lane; d < D; d += 32) v[d] = ldexpf(v[d], -k);
     if (lane == 0) nf[row] = ldexpf(1.0f, k);
     __syncwarp();
     // The row's QK B fragments (fp16 hi, lo of 4 channels per (k-step, t)), made once per CTA.
     for (int u = lane; KeepQn && u < D / 4; u += 32) {
-      const float4 x = *reinterpret_cast<const float4*>(v + key_order<D, Swz>::qpad(4 * u));
+      const float4 x = *reinterpret_cast<const float4*>(v + 4 * u);
       std::uint32_t b[4] = {0u, 0u, 0u, 0u};
       split_b(x.x, x.y, x.z, x.w, b);
       qf[qf_block<D>(row / max_group) +
-         qf_index(key_order<D, Swz>::unit_kk(u), row % max_group, key_order<D, Swz>::unit_t(u))] =
+         qf_index(key_order<D>::unit_kk(u), row % max_group, key_order<D>::unit_t(u))] =
           make_uint4(b[0], b[1], b[2], b[3]);
     }
   }
@@ -103,7 +94,7 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
     for (int k = 0; k < per; ++k) {
       const int u = threadIdx.x + k * W * 32;
       const int row = u / (D / 4), g = u % (D / 4);
-      if (u < units) qf[qf_index(key_order<D, Swz>::unit_kk(g), row, key_order<D, Swz>::unit_t(g))] = f[k];
+      if (u < units) qf[qf_index(key_order<D>::unit_kk(g), row, key_order<D>::unit_t(g))] = f[k];
     }
   }
 }
@@ -111,22 +102,21 @@ KVTILE_DEVICE void load_queries(const kernel_params& p, int seq, int kvh, int qg
 // ---------------------------------------------------------------- fp16 tile
 // K, V: GT x D fp16, token-major (shared or global memory); tokens >= n_valid
 // are masked (their V is never read). H warps share the tile: warp `sub` takes
-// the MMA token blocks i in [sub * GM / H, (sub + 1) * GM / H). Swz: the QK
-// channel and PV output orders of the quantized tiles (tile_layout.cuh; the
-// tile's own token order is free, it does not outlive the tile).
-template <int D, int GT, int H = 1, bool Swz = false, bool PK = false>
+// the MMA token blocks i in [sub * GM / H, (sub + 1) * GM / H). The QK channel
+// and PV output orders are the quantized tiles' (tile_layout.cuh).
+template <int D, int GT, int H = 1, bool PK = false>
 KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int n_valid, const tile_mod& md,
                              const uint4* qf, const float (&nfq)[2], warp_state<D, PK ? 1 : 2>& st, int sub = 0) {
-  using OO = out_order<D, Swz>;
-  constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16,
-                MC = OO::OC > 1 ? OO::MCo : ((D / 16) < 8 ? (D / 16) : 8), NCH = (D / 16) / MC, CE = 2 * MC;
+  using OO = out_order<D>;
+  constexpr int E = GT / 8, GM = GT / 16 / H, KT = D / 16, MC = (D / 16) < 8 ? (D / 16) : 8, NCH = (D / 16) / MC,
+                CE = 2 * MC;
   const int lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
   float s[GM][4];
 #pragma unroll
   for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
-    const int c0 = key_order<D, Swz>::chan0(kk, t);
+    const int c0 = key_order<D>::chan0(kk, t);
     std::uint32_t b[4];
     if constexpr (PK) {
       const uint2 bq = packed_qf(qf, kk, r, t);
@@ -191,7 +181,7 @@ KVTILE_DEVICE void fp16_tile(const std::uint16_t* K, const std::uint16_t* V, int
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         if (toks[u] < n_valid) {
-          load_words<2 * CE>(reinterpret_cast<const std::uint8_t*>(V + toks[u] * D + OO::template run<NCH, CE>(ch, r)),
+          load_words<2 * CE>(reinterpret_cast<const std::uint8_t*>(V + toks[u] * D + OO::run(ch, r, CE)),
                              w[u]);
         } else {
 #pragma unroll
@@ -276,25 +266,9 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
   return pow2_norm_of_warp_max(amax);
 }
 
-// fp16_field_norm over the D entries of a field stored as 4 quarters of D/4
-// entries, quarter k at p + k * qstride bytes (qstride = 0: contiguous).
-KVTILE_DEVICE float fp16_field_norm_quartered(const std::uint8_t* p, std::size_t qstride, int n) {
-  if (qstride == 0) return fp16_field_norm(p, n);
-  float amax = 0.0f;
-  const int q = n / 4;
-  for (int i = threadIdx.x & 31; i < n; i += 32) {
-    float lo, hi;
-    const std::uint8_t* e = p + (i / q) * qstride + 2 * (i % q);
-    half2_to_float2(static_cast<std::uint32_t>(*reinterpret_cast<const std::uint16_t*>(e)), lo, hi);
-    amax = fmaxf(amax, fabsf(lo));
-  }
-  return pow2_norm_of_warp_max(amax);
-}
-
 // One record, or the part sub (of H) of it: MMA token blocks i in
 // [sub * GM / H, (sub + 1) * GM / H). `rec` is the stage, laid out by
-// stage_layout<..., Swz> (tile_layout.cuh: code pieces with padding so that
-// every code load is free of bank conflicts; Swz = false: the record as is).
+// stage_layout (tile_layout.cuh: the record as stored).
 //
 // Who reads what (lane = 4 r + t; E = G/8 tokens per row group, EH = E/H):
 //  - QK, tokens on M: lane r owns the EH key tokens token_base(r, sub) ..
@@ -304,12 +278,12 @@ KVTILE_DEVICE float fp16_field_norm_quartered(const std::uint8_t* p, std::size_t
 //    QK blocks (movmatrix): tA = token_base(2t) + 2i, tB = token_base(2t+1) + 2i,
 //    tA + 1, tB + 1; lane r owns the output channels out_order::run(ch, r) ..
 //    + CE - 1 of chunk ch.
-template <class Config, class Packer, int H, bool Swz, bool PK = false>
+template <class Config, class Packer, int H, bool PK = false>
 KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const uint4* qf, const float (&nfq)[2],
                               warp_state<Config::head_dim, PK ? 1 : 2>& st, int sub, const tile_mod& md) {
-  using SL = stage_layout<Config, Packer, H, Swz>;
-  using KO = key_order<Config::head_dim, Swz>;
-  using OO = out_order<Config::head_dim, Swz>;
+  using SL = stage_layout<Config, Packer, H>;
+  using KO = key_order<Config::head_dim>;
+  using OO = out_order<Config::head_dim>;
   constexpr bool fp8 = std::is_same_v<Packer, fp8_scales>;
   constexpr int D = Config::head_dim, G = Config::tile_tokens, KB = Config::key_bits, VB = Config::value_bits;
   // EH, GM: this warp's share of a row group's tokens / of the MMA token blocks.
@@ -334,7 +308,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
     vs_c = vs.z;
     vs_av = vs.w;
   } else {
-    f_k = fp16_field_norm_quartered(rec + SL::key_scale_s, SL::key_scale_q, D);
+    f_k = fp16_field_norm(rec + SL::key_scale_s, D);
     f_v = fp16_field_norm(rec + SL::value_scale_s, G);
     vs_ak = 1.0f / f_k;
     vs_av = 1.0f / f_v;
@@ -346,23 +320,23 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   float s[GM][4];
 #pragma unroll
   for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-  // This lane's quarter of the key rows (at its token run), of a_K and of z_K;
-  // channel chan0(kk, t) is row / entry cw = chan0 - first(t) of the quarter.
-  const std::uint8_t* kc = rec + SL::key_codes_s + t * SL::key_codes_q + tok0 * KB / 8;
-  const std::uint8_t* ka = rec + SL::key_scale_s + t * SL::key_scale_q;
-  const std::uint8_t* kz = rec + SL::key_zero_s + t * SL::key_zero_q;
+  // The key rows (at this lane's token run), a_K and z_K: channel chan0(kk, t)
+  // is row / entry c0.
+  const std::uint8_t* kc = rec + SL::key_codes_s + tok0 * KB / 8;
+  const std::uint8_t* ka = rec + SL::key_scale_s;
+  const std::uint8_t* kz = rec + SL::key_zero_s;
   float bq0, bq1;  // beta = sum_d q z for queries 2t, 2t+1
   {
     float beta = 0.0f;
     const float lo_part = (r & 1) ? 1.0f : 0.0f;  // packed: odd r holds the lo part
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
-      const int c0 = KO::chan0(kk, t), cw = c0 - KO::first(t);
+      const int c0 = KO::chan0(kk, t);
       // packed: this lane's B column is part r & 1 of query r / 2 (and so is its beta)
-      const float4 qv = *reinterpret_cast<const float4*>(qn + (PK ? r >> 1 : r) * q_stride + KO::qpad(c0));
+      const float4 qv = *reinterpret_cast<const float4*>(qn + (PK ? r >> 1 : r) * q_stride + c0);
       float a[4], z[4];
-      load_scales<fp8, 4>(ka + sb * cw, a, f_k);
-      load_halves<4>(kz + 2 * cw, z);
+      load_scales<fp8, 4>(ka + sb * c0, a, f_k);
+      load_halves<4>(kz + 2 * c0, z);
       beta = fmaf(qv.x, z[0], beta);
       beta = fmaf(qv.y, z[1], beta);
       beta = fmaf(qv.z, z[2], beta);
@@ -378,7 +352,7 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
       }
       std::uint32_t x[4][kwords];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (cw + u) * krow, x[u]);
+      for (int u = 0; u < 4; ++u) load_words<ksh>(kc + (c0 + u) * krow, x[u]);
       std::uint32_t r01[EH], r23[EH];
       pair_extract<KB, EH>(x[0], x[1], r01);
       pair_extract<KB, EH>(x[2], x[3], r23);
@@ -479,19 +453,17 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   }
 
   // ---- O^T += c_V * (vs_av * (codes - vmid)^T P'^T + zsum): channels on M, tokens on K
-  // Lane t's PV tokens tA = ta0 + 2i, tB = tA + dAB (+1 each) lie in one value piece.
+  // Lane t's PV tokens tA = ta0 + 2i, tB = tA + dAB (+1 each).
   const int ta0 = SL::token_base(2 * t, sub);
   constexpr int dAB = SL::token_base(1, 0) - SL::token_base(0, 0);  // token_base(2t+1) - token_base(2t)
-  const int vk = SL::value_piece(ta0);  // 4 sub + t (Swz) or 0
-  const std::uint8_t* vc =
-      rec + SL::value_codes_s + vk * SL::value_codes_q + (ta0 - vk * SL::vpiece_tokens) * vrow;
+  const std::uint8_t* vc = rec + SL::value_codes_s + ta0 * vrow;
   const std::uint8_t* cvp = rec + SL::value_channel_scale_s;
 #pragma unroll
   for (int ch = 0; ch < NCH; ++ch) {
     float acc[MC][4];
 #pragma unroll
     for (int j = 0; j < MC; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    const int run = OO::template run<NCH, CE>(ch, r);  // first output channel of this lane's run
+    const int run = OO::run(ch, r, CE);  // first output channel of this lane's run
     const int coff = run * VB / 8;
 #pragma unroll
     for (int i = 0; i < GM; ++i) {
