@@ -18,21 +18,19 @@ if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
   endif()
 endif()
 
-# Default targets: sm_90a machine code (Hopper: what the decode attention
-# kernels are written for) plus compute_80 PTX, which the driver JIT-compiles
-# on every other GPU of compute capability 8.0 or newer (A100, L40S, RTX 4090,
-# Blackwell). CMake >= 3.25 turns this into
-#   --generate-code=arch=compute_90a,code=[sm_90a]
-#   --generate-code=arch=compute_80,code=[compute_80]
-# The compute_80 PTX of the codec and paged kernels (block codec, prefill,
-# append, dequantize_pages) assembles for sm_80 and is tested by running it
-# JIT-compiled on an H200 (scripts/gpu_session.sh, stage jit80). Their
-# launchers return status::unsupported_arch below compute capability 8.0 or
-# when the binary holds no code the GPU can run. Decode attention needs sm_90
-# (bulk copies, mbarrier transaction counts); its kernels have no body below
-# compute_90, and on other GPUs its launchers return unsupported_arch
-# (docs/attention.md), while the codec and paged kernels of the same
-# translation unit run from the compute_80 PTX.
+# Default targets: machine code for every GPU generation the decode-attention
+# policies serve (docs/attention.md, "Architectures"): A100 (sm_80), RTX 3090 /
+# A6000 (sm_86), RTX 4090 / L40S (sm_89), H100 / H200 (sm_90a), B200 (sm_100)
+# and RTX 5090 / RTX PRO 6000 / DGX Spark (sm_120), plus compute_80 PTX, which
+# the driver JIT-compiles on any other GPU of compute capability 8.0 or newer.
+# Each target compiles the attention kernels of the policies its GPUs use
+# (decode_policy::min_arch / max_arch); the launchers return unsupported_arch
+# below compute capability 8.0 or when the binary holds no code the GPU can run.
+# tests/attention_archs.py (CI's build check) compiles the attention kernels
+# for every real target of this list; kvtile's own CI build keeps sm_90a only
+# (CMakePresets.json), and the Python package takes the same list
+# (python/setup.py, KVTILE_CUDA_ARCHS).
+set(KVTILE_DEFAULT_CUDA_ARCHITECTURES "80-real;86-real;89-real;90a-real;100-real;120-real;80-virtual")
 # A CMAKE_CUDA_ARCHITECTURES or CUDAARCHS given by the user becomes the default
 # instead (e.g. -DCMAKE_CUDA_ARCHITECTURES=native).
 if(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT CMAKE_CUDA_ARCHITECTURES STREQUAL "")
@@ -40,7 +38,7 @@ if(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT CMAKE_CUDA_ARCHITECTURES STREQUAL ""
 elseif(DEFINED ENV{CUDAARCHS} AND NOT "$ENV{CUDAARCHS}" STREQUAL "")
   set(_kvtile_default_archs "$ENV{CUDAARCHS}")
 else()
-  set(_kvtile_default_archs "90a-real;80-virtual")
+  set(_kvtile_default_archs "${KVTILE_DEFAULT_CUDA_ARCHITECTURES}")
 endif()
 set(KVTILE_CUDA_ARCHITECTURES "${_kvtile_default_archs}" CACHE STRING
   "CUDA_ARCHITECTURES for kvtile's CUDA targets (CMake syntax, e.g. 90a-real;80-virtual or native)")

@@ -28,7 +28,8 @@
 #             instructions per opcode.
 #   jit80     the codec and paged device tests (block_codec_d*, paged_cache,
 #             launch_setup, multi_gpu, unsupported_arch with -DKVTILE_TEST_PTX80:
-#             paged launchers succeed, decode attention answers unsupported_arch)
+#             paged launchers and decode attention succeed; the attention suite
+#             from PTX: CMake presets gpu-jit80/86/89, docs/attention.md)
 #             and the GPU-codec benchmark built as
 #             compute_80 PTX only (-gencode=arch=compute_80,code=compute_80,
 #             build/jit80/), run with CUDA_FORCE_PTX_JIT=1: the driver compiles
@@ -101,7 +102,7 @@ jit80_build() {  # in the background, pids appended to pids[]
     FLAGS=$JIT80_FLAGS nv build/jit80/$n tests/device/$n.cu > "$OUT/jit80/build_$n.log" 2>&1 & pids+=($!)
   done
   FLAGS=$JIT80_FLAGS nv build/jit80/gpu_codec_bench bench/device/gpu_codec.cu > "$OUT/jit80/build_gpu_codec_bench.log" 2>&1 & pids+=($!)
-  # paged launchers succeed from compute_80 PTX; decode attention answers unsupported_arch
+  # paged launchers and decode attention succeed from compute_80 PTX
   FLAGS=$JIT80_FLAGS nv build/jit80/unsupported_arch tests/device/unsupported_arch.cu -DKVTILE_TEST_PTX80 \
     > "$OUT/jit80/build_unsupported_arch.log" 2>&1 & pids+=($!)
 }
@@ -123,7 +124,7 @@ if want build; then
   for n in paged_cache block_codec_d128; do
     nv_variants "${CODEC_TEST_VARIANTS:-}" build/gpu-codec/$n tests/device/$n.cu
   done
-  for t in attention attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
+  for t in attention attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 attention_policies; do
     nv build_attn/$t tests/device/$t.cu > "$OUT/build/$t.log" 2>&1 & pids+=($!)
   done
   nv build_attn/bench_attention bench/device/attention.cu > "$OUT/build/bench_attention.log" 2>&1 & pids+=($!)
@@ -260,13 +261,13 @@ if want test; then
   run_logged "$OUT/test/example.log" build_attn/paged_decode || rc=1
   say "example: $(tail -n 1 "$OUT/test/example.log")"
   spids=()
-  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
+  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 attention_policies; do
     run_logged "$OUT/test/$t.log" build_attn/$t & spids+=($!)
   done
   run_logged "$OUT/test/numeric.log" build/gpu/numeric & spids+=($!)
   run_logged "$OUT/test/abi.log" build/gpu/abi_static & spids+=($!)
   for p in "${spids[@]}"; do wait "$p" || rc=1; done
-  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 numeric abi; do
+  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 attention_policies numeric abi; do
     say "$t: $(grep -E 'passed' "$OUT/test/$t.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$t.log"))"
   done
   grep -h -A20 "error vs unquantized" "$OUT"/test/attention_*.log | grep -E "rel err vs|error vs" >> "$SUMMARY"
@@ -326,7 +327,7 @@ if want sanitize; then
   done
   throttle
   san memcheck $C/block_codec_d128 --quick & spids+=($!)
-  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256; do
+  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 attention_policies; do
     for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
       throttle
       san $tool $A/$t --small & spids+=($!)
