@@ -59,8 +59,10 @@ for cuda in ON OFF; do
   fi
   step "install of a default configuration before any build (KVTILE_ENABLE_CUDA=$cuda)"
   d="$work/kvtile-default-$cuda"
-  cmake -S "$root" -B "$d" "${gen[@]}" -DKVTILE_ENABLE_CUDA=$cuda -DKVTILE_REQUIRE_DEPS=OFF \
-    ${nvcc:+-DCMAKE_CUDA_COMPILER="$nvcc"} >"$d.log" || { cat "$d.log" >&2; exit 1; }
+  cuda_args=(-DKVTILE_ENABLE_CUDA=$cuda)
+  if [[ $cuda == ON ]]; then cuda_args+=(-DCMAKE_CUDA_COMPILER="$nvcc"); fi
+  cmake -S "$root" -B "$d" "${gen[@]}" "${cuda_args[@]}" -DKVTILE_REQUIRE_DEPS=OFF >"$d.log" ||
+    { cat "$d.log" >&2; exit 1; }
   if [[ $cuda == ON ]] && ! grep -q "cuda=ON" "$d.log"; then
     echo "consumer: nvcc $nvcc was found but the configuration has no CUDA" >&2; cat "$d.log" >&2; exit 1
   fi
