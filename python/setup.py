@@ -5,10 +5,12 @@
 #
 # builds the extension against the installed torch: with CUDA when torch has
 # CUDA and nvcc is found (set KVTILE_CUDA=0 to force a CPU-only build, which
-# has the host codec ops only). KVTILE_CUDA_ARCHS (default "90a") picks the
-# -gencode targets; KVTILE_OPS_LIB=/path/libkvtile_ops.so links a prebuilt
-# kvtile_ops (cmake --build ... --target kvtile_ops) instead of compiling its
-# sources again. MAX_JOBS sets the parallel compile jobs (ninja).
+# has the host codec ops only; its device ops raise an error naming why the
+# build is CPU-only: KVTILE_CUDA=0, a CPU-only torch, or no CUDA toolkit).
+# KVTILE_CUDA_ARCHS (default "90a") picks the -gencode targets;
+# KVTILE_OPS_LIB=/path/libkvtile_ops.so links a prebuilt kvtile_ops (cmake
+# --build ... --target kvtile_ops) instead of compiling its sources again.
+# MAX_JOBS sets the parallel compile jobs (ninja).
 #
 # On Linux the extension links the libstdc++ shared object that torch itself
 # runs with: C++ library objects (strings, streams, exceptions) cross between
@@ -20,6 +22,7 @@ import os
 import re
 import sys
 
+import torch
 from setuptools import find_packages, setup
 from torch.utils import cpp_extension
 
@@ -29,18 +32,26 @@ ops = os.path.join(root, "ops")
 
 
 def want_cuda():
-    env = os.environ.get("KVTILE_CUDA")
-    if env is not None:
-        return env not in ("0", "", "off", "OFF")
-    import torch
+    """(build the device ops?, why not: KVTILE_NO_CUDA_REASON of torch_ops.cpp, 0 when they are built).
 
-    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+    The reason names the real cause: a CPU-only torch (2) before a missing
+    toolkit (3) before KVTILE_CUDA=0 (1), whichever holds first.
+    """
+    env = os.environ.get("KVTILE_CUDA")
+    if env is not None and env not in ("0", "", "off", "OFF"):
+        return True, 0
+    if torch.version.cuda is None:
+        return False, 2
+    if cpp_extension.CUDA_HOME is None:
+        return False, 3
+    if env is not None:
+        return False, 1
+    return True, 0
 
 
 def torch_libstdcxx():
     """Path of the libstdc++ shared object loaded with torch (Linux), or None."""
-    import torch  # noqa: F401  (loads libc10 and with it libstdc++)
-
+    # importing torch (above) loaded libc10 and with it libstdc++
     if not sys.platform.startswith("linux"):
         return None
     with open("/proc/self/maps") as f:
@@ -61,7 +72,11 @@ def version():
     return ".".join(parts)
 
 
-cuda = want_cuda()
+cuda, no_cuda_reason = want_cuda()
+if not cuda:
+    print("kvtile setup.py: building the CPU-only package (host codec ops only): %s"
+          % {1: "KVTILE_CUDA=0", 2: "torch %s is a CPU-only build" % torch.__version__,
+             3: "no CUDA toolkit found (set CUDA_HOME)"}[no_cuda_reason])
 include_dirs = [os.path.join(root, "include"), os.path.join(ops, "include"), os.path.join(ops, "src")]
 cxx_flags = ["-O2", "-std=c++17", "-fvisibility=hidden"]
 prebuilt = os.environ.get("KVTILE_OPS_LIB")
@@ -94,8 +109,8 @@ if cuda:
     )
 else:
     ext = cpp_extension.CppExtension(
-        "kvtile._C", sources, include_dirs=include_dirs, extra_compile_args={"cxx": cxx_flags},
-        extra_link_args=extra_link,
+        "kvtile._C", sources, include_dirs=include_dirs, define_macros=[("KVTILE_NO_CUDA_REASON", str(no_cuda_reason))],
+        extra_compile_args={"cxx": cxx_flags}, extra_link_args=extra_link,
     )
 
 setup(

@@ -14,6 +14,7 @@ stream); this module adds Python wrappers with defaults and the
     plan.plan(host_seq_lens); out = plan.run(q)
 """
 import math
+import operator
 import os
 import weakref
 
@@ -46,21 +47,39 @@ PRESETS = {"k4v2_g128": 0, "k4v4_g128": 1, "k2v2_g128": 2}
 
 _ops = torch.ops.kvtile
 
+# The C ABI's int32 arguments (kvtile_ops.h) and torch's int64 op arguments.
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+def _int(op, name, value, lo, hi=_INT32_MAX, what=""):
+    """value as a Python int in [lo, hi], checked before anything narrows it: every integer argument of
+    the package passes here. TypeError for a non-integer (a bool, a float, None), ValueError out of
+    range; both name op and the argument (what: its meaning, for the message)."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise TypeError("%s: %s must be an int, not a bool (got %r)" % (op, name, value))
+    try:
+        v = operator.index(value)  # int, numpy and 0-d torch integers; no float, str or None
+    except TypeError:
+        raise TypeError("%s: %s must be an int (got %s %r)" % (op, name, type(value).__name__, value)) from None
+    if not lo <= v <= hi:
+        raise ValueError("%s: %s must be an int in [%d, %d]%s (got %d)" % (op, name, lo, hi, what, v))
+    return v
+
 
 def _preset_id(preset):
-    if isinstance(preset, int) and preset in PRESETS.values():
+    if isinstance(preset, int) and not isinstance(preset, bool) and preset in PRESETS.values():
         return preset
-    if preset not in PRESETS:
-        raise ValueError("kvtile: unknown preset %r (one of %s)" % (preset, ", ".join(PRESETS)))
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise ValueError("kvtile: unknown preset %r (one of %s, or their ids %s)"
+                         % (preset, ", ".join(PRESETS), sorted(PRESETS.values())))
     return PRESETS[preset]
 
 
 def _window(op, window_left):
     if window_left is None:
         return -1
-    if isinstance(window_left, bool) or not isinstance(window_left, int) or window_left < -1:
-        raise ValueError("%s: window_left must be None or -1 (no window) or an int >= 0 (got %r)" % (op, window_left))
-    return int(window_left)
+    return _int(op, "window_left", window_left, -1, what=" or None (-1, None: no window)")
 
 
 def _softcap(op, logit_softcap):
@@ -74,9 +93,7 @@ def _softcap(op, logit_softcap):
 
 
 def _max_q(op, max_q_tokens):
-    if isinstance(max_q_tokens, bool) or not isinstance(max_q_tokens, int) or not 1 <= max_q_tokens <= MAX_Q_TOKENS:
-        raise ValueError("%s: max_q_tokens must be an int in [1, %d] (got %r)" % (op, MAX_Q_TOKENS, max_q_tokens))
-    return int(max_q_tokens)
+    return _int(op, "max_q_tokens", max_q_tokens, 1, MAX_Q_TOKENS)
 
 
 def _scale(op, softmax_scale, head_dim):
@@ -124,6 +141,7 @@ def has_cuda():
 
 def preset_info(preset="k4v2_g128", head_dim=128):
     """tile_tokens, key_bits, value_bits, record_bytes and bits per element of a preset."""
+    head_dim = _int("kvtile.preset_info", "head_dim", head_dim, 1)
     g, kb, vb, rb = _ops.preset_info(_preset_id(preset), head_dim)
     return {
         "tile_tokens": g,
@@ -151,6 +169,7 @@ def decode_tiles(records, preset="k4v2_g128", head_dim=128, dtype=torch.float32,
     """Host codec: records uint8 [num_tiles, record_bytes] (CPU) -> (keys, values) [num_tiles, G, D]."""
     if frame not in ("original", "rotated"):
         raise ValueError("kvtile.decode_tiles: frame must be 'original' or 'rotated' (got %r)" % (frame,))
+    head_dim = _int("kvtile.decode_tiles", "head_dim", head_dim, 1)
     return _ops.decode_tiles(records, _preset_id(preset), head_dim, dtype, frame == "original")
 
 
@@ -159,6 +178,45 @@ def decode_tiles(records, preset="k4v2_g128", head_dim=128, dtype=torch.float32,
 
 def _align(n, a=256):
     return (n + a - 1) // a * a
+
+
+def _heads(op, kv_heads, q_heads):
+    """(kv_heads, q_heads) checked: q_heads (default kv_heads) a positive multiple of kv_heads."""
+    kv_heads = _int(op, "kv_heads", kv_heads, 1)
+    q_heads = kv_heads if q_heads is None else _int(op, "q_heads", q_heads, 1)
+    if q_heads % kv_heads:
+        raise ValueError("%s: q_heads (%d) must be a multiple of kv_heads (%d)" % (op, q_heads, kv_heads))
+    return kv_heads, q_heads
+
+
+def _pages_per_seq(op, max_seqs, max_tokens_per_seq, page_tokens):
+    """(max_seqs, max_tokens_per_seq, pages per row) checked: the pages of all rows fit the int32 page ids."""
+    max_seqs = _int(op, "max_seqs", max_seqs, 1)
+    max_tokens = _int(op, "max_tokens_per_seq", max_tokens_per_seq, 1, _INT64_MAX)
+    pages = -(-max_tokens // page_tokens)
+    if max_seqs * pages > _INT32_MAX:
+        raise ValueError("%s: max_seqs (%d) x max_tokens_per_seq (%d) need %d pages of %d tokens, more than the "
+                         "2^31 - 1 page ids" % (op, max_seqs, max_tokens, max_seqs * pages, page_tokens))
+    return max_seqs, max_tokens, pages
+
+
+class _CacheShape:
+    """The checked arguments of a PagedCache and its derived sizes: one validation for the constructor
+    and PagedCache.bytes_needed."""
+
+    def __init__(self, op, max_seqs, max_tokens_per_seq, kv_heads, head_dim, q_heads, preset, num_pages, num_slots,
+                 max_q_tokens):
+        self.preset_id = _preset_id(preset)
+        self.head_dim = _int(op, "head_dim", head_dim, 1)
+        info = preset_info(preset, self.head_dim)
+        self.tile_tokens, self.record_bytes = info["tile_tokens"], info["record_bytes"]
+        self.kv_heads, self.q_heads = _heads(op, kv_heads, q_heads)
+        self.max_seqs, self.max_tokens_per_seq, self.max_pages_per_seq = _pages_per_seq(
+            op, max_seqs, max_tokens_per_seq, self.tile_tokens)
+        self.num_pages = (self.max_seqs * self.max_pages_per_seq if num_pages is None
+                          else _int(op, "num_pages", num_pages, 1))
+        self.num_slots = self.max_seqs if num_slots is None else _int(op, "num_slots", num_slots, 1)
+        self.max_q_tokens = _max_q(op, max_q_tokens)
 
 
 class PagedCache:
@@ -183,23 +241,17 @@ class PagedCache:
 
     def __init__(self, max_seqs, max_tokens_per_seq, kv_heads, head_dim, q_heads=None, preset="k4v2_g128",
                  num_pages=None, num_slots=None, sink=False, device=None, max_q_tokens=1):
+        cs = _CacheShape("kvtile.PagedCache", max_seqs, max_tokens_per_seq, kv_heads, head_dim, q_heads, preset,
+                         num_pages, num_slots, max_q_tokens)
         self.preset = preset
-        self.preset_id = _preset_id(preset)
-        info = preset_info(preset, head_dim)
-        self.tile_tokens = G = info["tile_tokens"]
-        self.record_bytes = info["record_bytes"]
-        self.max_seqs = int(max_seqs)
-        self.kv_heads = int(kv_heads)
-        self.head_dim = int(head_dim)
-        self.q_heads = int(q_heads) if q_heads is not None else self.kv_heads
-        if self.max_seqs <= 0 or max_tokens_per_seq <= 0 or self.kv_heads <= 0:
-            raise ValueError("kvtile.PagedCache: max_seqs, max_tokens_per_seq and kv_heads must be positive")
-        if self.q_heads % self.kv_heads:
-            raise ValueError("kvtile.PagedCache: q_heads (%d) must be a multiple of kv_heads (%d)"
-                             % (self.q_heads, self.kv_heads))
-        self.max_pages_per_seq = -(-int(max_tokens_per_seq) // G)
-        self.num_pages = int(num_pages) if num_pages is not None else self.max_seqs * self.max_pages_per_seq
-        self.num_slots = int(num_slots) if num_slots is not None else self.max_seqs
+        self.preset_id = cs.preset_id
+        self.tile_tokens = G = cs.tile_tokens
+        self.record_bytes = cs.record_bytes
+        self.max_seqs, self.kv_heads, self.head_dim, self.q_heads = (cs.max_seqs, cs.kv_heads, cs.head_dim,
+                                                                     cs.q_heads)
+        self.max_pages_per_seq = cs.max_pages_per_seq
+        self.num_pages = cs.num_pages
+        self.num_slots = cs.num_slots
         device = torch.device(device if device is not None else "cuda")
         self.device = device
         self.pages = torch.zeros(self.num_pages, self.kv_heads, self.record_bytes, dtype=torch.uint8, device=device)
@@ -216,7 +268,7 @@ class PagedCache:
         self.sink_k = torch.zeros(shape, dtype=torch.float16, device=device) if sink else None
         self.sink_v = torch.zeros(shape, dtype=torch.float16, device=device) if sink else None
         self.tail_slots = (torch.arange(self.max_seqs, dtype=torch.int32, device=device) % self.num_slots).contiguous()
-        self.max_q_tokens = _max_q("kvtile.PagedCache", max_q_tokens)
+        self.max_q_tokens = cs.max_q_tokens
         self.workspace_bytes = self.decode_workspace_bytes(self.preset_id, self.head_dim, self.kv_heads,
                                                            self.max_seqs, self.max_pages_per_seq, self.q_heads,
                                                            self.max_q_tokens)
@@ -235,17 +287,14 @@ class PagedCache:
     @staticmethod
     def bytes_needed(max_seqs, max_tokens_per_seq, kv_heads, head_dim, q_heads=None, preset="k4v2_g128",
                      num_pages=None, num_slots=None, sink=False, max_q_tokens=1):
-        """Device bytes a PagedCache with these arguments allocates (pages, tables, tails, sinks, workspace)."""
-        info = preset_info(preset, head_dim)
-        G = info["tile_tokens"]
-        q_heads = q_heads if q_heads is not None else kv_heads
-        max_pages = -(-max_tokens_per_seq // G)
-        num_pages = num_pages if num_pages is not None else max_seqs * max_pages
-        num_slots = num_slots if num_slots is not None else max_seqs
-        tails = num_slots * kv_heads * G * head_dim * 2 * 2 * (2 if sink else 1)
-        return (num_pages * kv_heads * info["record_bytes"] + max_seqs * max_pages * 4 + max_seqs * 4 * 2 + tails
-                + PagedCache.decode_workspace_bytes(preset, head_dim, kv_heads, max_seqs, max_pages, q_heads,
-                                                    max_q_tokens))
+        """Device bytes a PagedCache with these arguments allocates (pages, tables, tails, sinks, workspace);
+        the same argument checks as the constructor."""
+        c = _CacheShape("kvtile.PagedCache.bytes_needed", max_seqs, max_tokens_per_seq, kv_heads, head_dim, q_heads,
+                        preset, num_pages, num_slots, max_q_tokens)
+        tails = c.num_slots * c.kv_heads * c.tile_tokens * c.head_dim * 2 * 2 * (2 if sink else 1)
+        return (c.num_pages * c.kv_heads * c.record_bytes + c.max_seqs * c.max_pages_per_seq * 4 + c.max_seqs * 4 * 2
+                + tails + PagedCache.decode_workspace_bytes(c.preset_id, c.head_dim, c.kv_heads, c.max_seqs,
+                                                            c.max_pages_per_seq, c.q_heads, c.max_q_tokens))
 
     @property
     def nbytes(self):
@@ -258,9 +307,21 @@ class PagedCache:
         return self.kv_heads * self.record_bytes / self.tile_tokens
 
     def _cache_args(self, rows=None):
-        n = self.max_seqs if rows is None else rows
+        n = self.max_seqs if rows is None else _int("kvtile", "rows", rows, 0, self.max_seqs)
         return (self.pages, self.page_table[:n], self.seq_lens[:n], self.tail_k, self.tail_v, self.sink_k,
                 self.sink_v, self.tail_slots[:n])
+
+
+def _check_cache(op, cache, kind=None):
+    """cache is a PagedCache (or kind), so that a wrong argument raises TypeError, not AttributeError."""
+    kind = kind or PagedCache
+    if not isinstance(cache, kind):
+        raise TypeError("%s: cache must be a kvtile.%s (got %s)" % (op, kind.__name__, type(cache).__name__))
+
+
+def _check_q(op, q):
+    if not isinstance(q, torch.Tensor):
+        raise TypeError("%s: q must be a tensor (got %s)" % (op, type(q).__name__))
 
 
 def prefill(cache, k, v, cu_seqlens, max_tokens_per_seq=None, rows=None, flags=None):
@@ -270,15 +331,18 @@ def prefill(cache, k, v, cu_seqlens, max_tokens_per_seq=None, rows=None, flags=N
     max_tokens_per_seq bounds the chunk lengths (default: computed from a host copy of cu_seqlens,
     which synchronizes; pass it when capturing a CUDA graph).
     """
+    _check_cache("kvtile.prefill", cache)
     if max_tokens_per_seq is None:
         cu = cu_seqlens.detach().cpu()
         max_tokens_per_seq = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
-    _ops.prefill(*cache._cache_args(rows), k, v, cu_seqlens, int(max_tokens_per_seq), cache.preset_id, flags)
+    max_tokens_per_seq = _int("kvtile.prefill", "max_tokens_per_seq", max_tokens_per_seq, 0, _INT64_MAX)
+    _ops.prefill(*cache._cache_args(rows), k, v, cu_seqlens, max_tokens_per_seq, cache.preset_id, flags)
 
 
 def append(cache, k_new, v_new, rows=None, flags=None):
     """One token per row: k_new, v_new [rows, kv_heads, D]; cache.seq_lens must already include it
     (rows with seq_lens 0 are skipped)."""
+    _check_cache("kvtile.append", cache)
     _ops.append(*cache._cache_args(rows), k_new, v_new, cache.preset_id, flags)
 
 
@@ -298,6 +362,9 @@ def decode(cache, q, out=None, lse=None, softmax_scale=None, rows=None, num_spli
     default cache.workspace (sized for cache.max_q_tokens).
     """
     op = "kvtile.decode"
+    _check_cache(op, cache)
+    _check_q(op, q)
+    num_splits = _int(op, "num_splits", num_splits, 0)
     window = _window(op, window_left)
     cap = _softcap(op, logit_softcap)
     if q.dim() == 3 and (q.shape[1] <= 0 or q.shape[1] % cache.kv_heads):
@@ -331,13 +398,14 @@ def decode(cache, q, out=None, lse=None, softmax_scale=None, rows=None, num_spli
         workspace = cache.workspace
     if out is None:
         out = torch.empty_like(q)
-    _ops.decode(*cache._cache_args(rows), q, out, lse, workspace, scale, cache.preset_id, int(num_splits),
+    _ops.decode(*cache._cache_args(rows), q, out, lse, workspace, scale, cache.preset_id, num_splits,
                 cu_seqlens_q, mq, window, cap)
     return out
 
 
 def dequantize_pages(cache, page_ids, frame="original", out_k=None, out_v=None):
     """Pages page_ids (int32, device) -> (k, v) [count, kv_heads, G, D] fp16."""
+    _check_cache("kvtile.dequantize_pages", cache)
     if frame not in ("original", "rotated"):
         raise ValueError("kvtile.dequantize_pages: frame must be 'original' or 'rotated' (got %r)" % (frame,))
     shape = (page_ids.shape[0], cache.kv_heads, cache.tile_tokens, cache.head_dim)
@@ -359,11 +427,12 @@ class Fp16PagedCache:
     page_tokens = 64
 
     def __init__(self, max_seqs, max_tokens_per_seq, kv_heads, head_dim, q_heads=None, device=None):
+        op = "kvtile.Fp16PagedCache"
+        self.head_dim = _int(op, "head_dim", head_dim, 1)
+        self.kv_heads, self.q_heads = _heads(op, kv_heads, q_heads)
+        self.max_seqs, _, self.max_pages_per_seq = _pages_per_seq(op, max_seqs, max_tokens_per_seq, self.page_tokens)
         device = torch.device(device if device is not None else "cuda")
         self.device = device
-        self.max_seqs, self.kv_heads, self.head_dim = int(max_seqs), int(kv_heads), int(head_dim)
-        self.q_heads = int(q_heads) if q_heads is not None else self.kv_heads
-        self.max_pages_per_seq = -(-int(max_tokens_per_seq) // self.page_tokens)
         self.num_pages = self.max_seqs * self.max_pages_per_seq
         shape = (self.num_pages, self.kv_heads, self.page_tokens, self.head_dim)
         self.k = torch.zeros(shape, dtype=torch.float16, device=device)
@@ -387,7 +456,7 @@ class Fp16PagedCache:
         return self.kv_heads * self.head_dim * 2 * 2
 
     def _cache_args(self, rows=None):
-        n = self.max_seqs if rows is None else rows
+        n = self.max_seqs if rows is None else _int("kvtile", "rows", rows, 0, self.max_seqs)
         return (self.k, self.v, self.page_table[:n], self.seq_lens[:n])
 
     def write(self, k, v, positions, rows=None):
@@ -404,12 +473,15 @@ def fp16_decode(cache, q, out=None, lse=None, softmax_scale=None, rows=None, num
     """Decode attention over an Fp16PagedCache (kvtile's fp16 kernel), one query token per row;
     window_left and logit_softcap as in decode."""
     op = "kvtile.fp16_decode"
+    _check_cache(op, cache, Fp16PagedCache)
+    _check_q(op, q)
+    num_splits = _int(op, "num_splits", num_splits, 0)
     window = _window(op, window_left)
     cap = _softcap(op, logit_softcap)
     scale = _scale(op, softmax_scale, q.shape[-1])
     if out is None:
         out = torch.empty_like(q)
-    _ops.fp16_decode(*cache._cache_args(rows), q, out, lse, cache.workspace, scale, int(num_splits), window, cap)
+    _ops.fp16_decode(*cache._cache_args(rows), q, out, lse, cache.workspace, scale, num_splits, window, cap)
     return out
 
 
@@ -449,11 +521,9 @@ class DecodePlan:
                             % (op, type(cache).__name__))
         self.cache = cache
         self.fp16 = isinstance(cache, Fp16PagedCache)
-        self.rows = cache.max_seqs if rows is None else int(rows)
-        if not 0 < self.rows <= cache.max_seqs:
-            raise ValueError("%s: rows must be in [1, %d] (got %r)" % (op, cache.max_seqs, rows))
-        self.q_heads = cache.q_heads if q_heads is None else int(q_heads)
-        if self.q_heads <= 0 or self.q_heads % cache.kv_heads:
+        self.rows = cache.max_seqs if rows is None else _int(op, "rows", rows, 1, cache.max_seqs)
+        self.q_heads = cache.q_heads if q_heads is None else _int(op, "q_heads", q_heads, 1)
+        if self.q_heads % cache.kv_heads:
             raise ValueError("%s: q_heads (%d) must be a positive multiple of kv_heads (%d)"
                              % (op, self.q_heads, cache.kv_heads))
         if dtype not in (torch.float16, torch.bfloat16):
@@ -465,15 +535,12 @@ class DecodePlan:
         self.window_left = _window(op, window_left)
         self.logit_softcap = _softcap(op, logit_softcap)
         self.softmax_scale = _scale(op, softmax_scale, cache.head_dim)
-        if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
-            raise ValueError("%s: num_splits must be an int >= 0 (got %r)" % (op, num_splits))
-        self.num_splits = int(num_splits)
+        self.num_splits = _int(op, "num_splits", num_splits, 0)
         self._q_rows = None  # rows of q the last plan needs (multi-query)
         self._planned = False
         self._handle = None
         if not has_cuda():
-            raise RuntimeError("%s: this build of kvtile has no CUDA support (built without a CUDA compiler/toolkit)"
-                               % op)
+            raise RuntimeError("%s: %s" % (op, _C.no_cuda_reason))
         device = cache.device
         self.qo_indptr = (torch.zeros(self.rows + 1, dtype=torch.int32, device=device)
                           if self.max_q_tokens > 1 else None)

@@ -300,6 +300,34 @@ def test_plan_run_mismatched_kind_and_lifetime():
         torch.ops.kvtile.decode_plan_info(handle)
 
 
+def test_concurrent_destroy_frees_a_plan_once():
+    # torch releases the GIL around an op call: the threads race inside decode_plan_destroy, which checks
+    # and removes the handle in one locked section (two sections let two threads both free the plan)
+    import threading
+
+    threads_per_plan = 8
+    for _ in range(200):
+        handle = torch.ops.kvtile.decode_plan_create()
+        start = threading.Barrier(threads_per_plan)
+        freed, refused = [], []
+
+        def destroy():
+            start.wait()
+            try:
+                torch.ops.kvtile.decode_plan_destroy(handle)
+                freed.append(handle)
+            except ValueError as e:
+                refused.append(str(e))
+
+        threads = [threading.Thread(target=destroy) for _ in range(threads_per_plan)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(freed) == 1 and len(refused) == threads_per_plan - 1
+        assert all("is not a live plan handle" in m for m in refused)
+
+
 def test_decode_options_through_torch_compile():
     if not hasattr(torch, "compile") or not hasattr(torch.library, "register_fake"):
         pytest.skip("torch.compile / torch.library.register_fake not in this torch")

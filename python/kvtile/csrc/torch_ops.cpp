@@ -4,7 +4,7 @@
 // contiguity and alignment and raises a Python ValueError / TypeError naming
 // the op and the argument; then it calls the kvtile_ops C ABI on the current
 // torch CUDA stream. Without CUDA (KVTILE_WITH_CUDA undefined) only the host
-// codec ops run; the device ops raise "built without CUDA".
+// codec ops run; the device ops raise an error naming why (no_cuda_reason()).
 //
 // The module kvtile._C is a plain CPython extension module (no pybind11):
 // importing it loads this library, whose static initializers register the ops.
@@ -114,7 +114,10 @@ struct checker {
   }
 };
 
+// preset and head_dim are checked before they narrow to the C ABI's int (so
+// 2^32 + 128 is not taken for 128).
 kvtile_ops_preset_info preset_info_of(const checker& c, int64_t preset, int64_t head_dim) {
+  c.fits_int32({{preset, "preset"}, {head_dim, "head_dim"}});
   kvtile_ops_preset_info info{};
   c.result(kvtile_ops_get_preset_info(static_cast<int>(preset), static_cast<int>(head_dim), &info));
   return info;
@@ -138,6 +141,24 @@ bool has_cuda() {
   return true;
 #else
   return false;
+#endif
+}
+
+// Why this build has no device ops ("" with CUDA): setup.py's decision,
+// KVTILE_NO_CUDA_REASON = 1 (KVTILE_CUDA=0 asked for it), 2 (the torch built
+// against has no CUDA), 3 (no CUDA toolkit found). Also kvtile._C.no_cuda_reason.
+const char* no_cuda_reason() {
+#if defined(KVTILE_WITH_CUDA)
+  return "";
+#elif KVTILE_NO_CUDA_REASON == 2
+  return "this build of kvtile has no CUDA support: the torch it was built against is CPU-only "
+         "(torch.version.cuda is None); install a CUDA build of torch, then rebuild kvtile";
+#elif KVTILE_NO_CUDA_REASON == 3
+  return "this build of kvtile has no CUDA support: no CUDA toolkit was found when it was built "
+         "(nvcc, CUDA_HOME); install one or set CUDA_HOME, then rebuild kvtile";
+#else
+  return "this build of kvtile has no CUDA support: it was built with KVTILE_CUDA=0 (the host codec only); "
+         "rebuild without it for the device ops";
 #endif
 }
 
@@ -359,8 +380,9 @@ void dequantize_pages(const Tensor& pages, const Tensor& page_ids, const Tensor&
 int64_t decode_workspace_bytes(int64_t preset, int64_t head_dim, int64_t kv_heads, int64_t num_seqs,
                                int64_t max_pages_per_seq, int64_t q_heads, int64_t num_splits, int64_t max_q_tokens) {
   checker c{"kvtile.decode_workspace_bytes"};
-  c.fits_int32({{kv_heads, "kv_heads"}, {num_seqs, "num_seqs"}, {max_pages_per_seq, "max_pages_per_seq"},
-                {q_heads, "q_heads"}, {num_splits, "num_splits"}, {max_q_tokens, "max_q_tokens"}});
+  c.fits_int32({{preset, "preset"}, {head_dim, "head_dim"}, {kv_heads, "kv_heads"}, {num_seqs, "num_seqs"},
+                {max_pages_per_seq, "max_pages_per_seq"}, {q_heads, "q_heads"}, {num_splits, "num_splits"},
+                {max_q_tokens, "max_q_tokens"}});
   kvtile_ops_cache d{};
   d.preset = static_cast<int32_t>(preset);
   d.head_dim = static_cast<int32_t>(head_dim);
@@ -394,8 +416,8 @@ void decode(const Tensor& pages, const Tensor& page_table, const Tensor& seq_len
 int64_t fp16_decode_workspace_bytes(int64_t head_dim, int64_t kv_heads, int64_t num_seqs, int64_t max_pages_per_seq,
                                     int64_t q_heads, int64_t num_splits) {
   checker c{"kvtile.fp16_decode_workspace_bytes"};
-  c.fits_int32({{kv_heads, "kv_heads"}, {num_seqs, "num_seqs"}, {max_pages_per_seq, "max_pages_per_seq"},
-                {q_heads, "q_heads"}, {num_splits, "num_splits"}});
+  c.fits_int32({{head_dim, "head_dim"}, {kv_heads, "kv_heads"}, {num_seqs, "num_seqs"},
+                {max_pages_per_seq, "max_pages_per_seq"}, {q_heads, "q_heads"}, {num_splits, "num_splits"}});
   kvtile_ops_fp16_cache d{};
   d.head_dim = static_cast<int32_t>(head_dim);
   d.kv_heads = static_cast<int32_t>(kv_heads);
@@ -459,11 +481,19 @@ std::unordered_set<kvtile_ops_decode_plan*>& live_plans() {
   return plans;
 }
 
-kvtile_ops_decode_plan* plan_of(const checker& c, int64_t handle) {
-  auto* p = reinterpret_cast<kvtile_ops_decode_plan*>(static_cast<std::uintptr_t>(handle));
-  const std::lock_guard<std::mutex> lock(plans_mutex);
-  TORCH_CHECK_VALUE(live_plans().count(p) == 1, c.op, ": ", handle,
+kvtile_ops_decode_plan* plan_pointer(int64_t handle) {
+  return reinterpret_cast<kvtile_ops_decode_plan*>(static_cast<std::uintptr_t>(handle));
+}
+
+void check_live(const checker& c, bool live, int64_t handle) {
+  TORCH_CHECK_VALUE(live, c.op, ": ", handle,
                     " is not a live plan handle (destroyed, or not from kvtile.decode_plan_create)");
+}
+
+kvtile_ops_decode_plan* plan_of(const checker& c, int64_t handle) {
+  kvtile_ops_decode_plan* p = plan_pointer(handle);
+  const std::lock_guard<std::mutex> lock(plans_mutex);
+  check_live(c, live_plans().count(p) == 1, handle);
   return p;
 }
 
@@ -478,10 +508,12 @@ int64_t decode_plan_create() {
 
 void decode_plan_destroy(int64_t handle) {
   checker c{"kvtile.decode_plan_destroy"};
-  kvtile_ops_decode_plan* p = plan_of(c, handle);
+  kvtile_ops_decode_plan* p = plan_pointer(handle);
   {
+    // One locked section checks and removes the handle: of two threads that
+    // destroy the same plan, exactly one frees it, the other raises.
     const std::lock_guard<std::mutex> lock(plans_mutex);
-    live_plans().erase(p);
+    check_live(c, live_plans().erase(p) == 1, handle);
   }
   c.result(kvtile_ops_decode_plan_destroy(p));
 }
@@ -572,10 +604,10 @@ void fp16_decode_run(int64_t handle, const Tensor& k_pages, const Tensor& v_page
   c.result(kvtile_ops_decode_plan_run_fp16(plan, &d, &p, current_stream(c)));
 }
 #else
-// A build without CUDA: every device op (whatever its arguments) raises.
+// A build without CUDA: every device op (whatever its arguments) raises, naming
+// why setup.py built it CPU-only.
 void no_cuda(const c10::OperatorHandle& op, torch::jit::Stack*) {
-  TORCH_CHECK(false, op.schema().name(),
-              ": this build of kvtile has no CUDA support (built without a CUDA compiler/toolkit)");
+  TORCH_CHECK(false, op.schema().name(), ": ", no_cuda_reason());
 }
 #endif
 
@@ -668,5 +700,10 @@ TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
 PyMODINIT_FUNC PyInit__C(void) {
   static PyModuleDef def = {PyModuleDef_HEAD_INIT, "kvtile._C", "kvtile's PyTorch ops (torch.ops.kvtile.*)", -1,
                             nullptr, nullptr, nullptr, nullptr, nullptr};
-  return PyModule_Create(&def);
+  PyObject* m = PyModule_Create(&def);
+  if (m && PyModule_AddStringConstant(m, "no_cuda_reason", no_cuda_reason()) != 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
 }
