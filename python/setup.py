@@ -7,7 +7,10 @@
 # CUDA and nvcc is found (set KVTILE_CUDA=0 to force a CPU-only build, which
 # has the host codec ops only; its device ops raise an error naming why the
 # build is CPU-only: KVTILE_CUDA=0, a CPU-only torch, or no CUDA toolkit).
-# KVTILE_CUDA_ARCHS (default "90a") picks the -gencode targets;
+# KVTILE_CUDA_ARCHS picks the GPU targets in CMake syntax (e.g. "90a-real" for
+# an H100/H200 only; default: KVTILE_DEFAULT_CUDA_ARCHITECTURES of
+# cmake/KvtileCuda.cmake, sm_80 to sm_120 + compute_80 PTX; a bare "90a" means
+# "90a-real");
 # KVTILE_OPS_LIB=/path/libkvtile_ops.so links a prebuilt kvtile_ops (cmake
 # --build ... --target kvtile_ops) instead of compiling its sources again.
 # MAX_JOBS sets the parallel compile jobs (ninja).
@@ -28,6 +31,28 @@ from torch.utils import cpp_extension
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
+
+
+def cuda_architectures():
+    """KVTILE_CUDA_ARCHS, or the library's default list (one source: cmake/KvtileCuda.cmake)."""
+    env = os.environ.get("KVTILE_CUDA_ARCHS")
+    if env:
+        return [a for a in env.split(";") if a]
+    text = open(os.path.join(root, "cmake", "KvtileCuda.cmake")).read()
+    m = re.search(r'set\(KVTILE_DEFAULT_CUDA_ARCHITECTURES\s+"([^"]+)"\)', text)
+    if not m:
+        sys.exit("kvtile: KVTILE_DEFAULT_CUDA_ARCHITECTURES not found in cmake/KvtileCuda.cmake")
+    return m.group(1).split(";")
+
+
+def gencode(arch):
+    """CMake's NN-real / NN-virtual / NN (= real) as an nvcc -gencode flag."""
+    num, _, kind = arch.partition("-")
+    if not re.fullmatch(r"\d+[af]?", num) or kind not in ("", "real", "virtual"):
+        sys.exit("kvtile: KVTILE_CUDA_ARCHS entry %r is not NN, NN-real or NN-virtual" % arch)
+    code = "compute_%s" % num if kind == "virtual" else "sm_%s" % num
+    return "-gencode=arch=compute_%s,code=%s" % (num, code)
+
 ops = os.path.join(root, "ops")
 
 
@@ -95,9 +120,9 @@ else:
         sources += sorted(rel(p) for p in glob.glob(os.path.join(ops, "src", "device_*.cu")))
 
 if cuda:
-    archs = os.environ.get("KVTILE_CUDA_ARCHS", "90a").split(";")
+    archs = cuda_architectures()
     nvcc_flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler", "-fvisibility=hidden", "-lineinfo"]
-    nvcc_flags += ["-gencode=arch=compute_%s,code=sm_%s" % (a, a) for a in archs]
+    nvcc_flags += [gencode(a) for a in archs]
     ext = cpp_extension.CUDAExtension(
         "kvtile._C",
         sources,
