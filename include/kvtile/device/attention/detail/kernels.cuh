@@ -36,17 +36,13 @@ KVTILE_DEVICE constexpr bool has_body() {
 #endif
 }
 
-// P: the decode policy (load path, and which targets compile a body).
-// NB n-blocks (query rows 8 NB per unit): each ring has NB warps, warp nb of
-// the ring runs every tile of the ring for query rows 8 nb .. 8 nb + 7, so a
+// The quantized kernel's body. P: the decode policy (its load path); NB
+// n-blocks (query rows 8 NB per unit): each ring has NB warps, warp nb of the
+// ring runs every tile of the ring for query rows 8 nb .. 8 nb + 7, so a
 // record is fetched once for all of them (the ring's warps meet on a named
 // barrier before warp 0 refills a stage: warp_loop's H = NB path).
-template <class P, class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1>
-__global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
-    quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
-  if constexpr (!has_body<P>()) {
-    __trap();
-  } else {
+template <class P, class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool, int NB>
+KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel_params& p) {
   constexpr bool Bulk = bulk_path<P>();
   constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H * NB;
   static_assert(Pool == 0 || (H == 1 && Stages == 1 && Pool > W), "a stage pool: one warp per record, > W stages");
@@ -147,15 +143,20 @@ __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
     fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
     __syncthreads();
   }
+}
+
+template <class P, class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1>
+__global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
+    quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
+  if constexpr (has_body<P>()) {
+    quant_decode_body<P, Config, Packer, QT, R, Stages, PK, Pool, NB>(cache, p);
+  } else {
+    __trap();
   }
 }
 
 template <class P, int D, int PT, class QT, int W, int Stages>
-__global__ void __launch_bounds__(W * 32, 1)
-    fp16_decode_kernel(const __grid_constant__ fp16_paged_cache_view cache, const __grid_constant__ kernel_params p) {
-  if constexpr (!has_body<P>()) {
-    __trap();
-  } else {
+KVTILE_DEVICE void fp16_decode_body(const fp16_paged_cache_view& cache, const kernel_params& p) {
   constexpr bool Bulk = bulk_path<P>();
   constexpr std::size_t half_bytes = static_cast<std::size_t>(PT) * D * 2;
   using plan = smem_plan<D, W, Stages, 2 * half_bytes>;
@@ -232,6 +233,15 @@ __global__ void __launch_bounds__(W * 32, 1)
     fence_proxy_async();
     __syncthreads();
   }
+}
+
+template <class P, int D, int PT, class QT, int W, int Stages>
+__global__ void __launch_bounds__(W * 32, 1)
+    fp16_decode_kernel(const __grid_constant__ fp16_paged_cache_view cache, const __grid_constant__ kernel_params p) {
+  if constexpr (has_body<P>()) {
+    fp16_decode_body<P, D, PT, QT, W, Stages>(cache, p);
+  } else {
+    __trap();
   }
 }
 
