@@ -15,7 +15,10 @@
 #     -Wconversion includes -Wsign-conversion; -Wdouble-promotion is left out:
 #     validate() widens float fields to double on purpose);
 #  4. -fno-exceptions -fno-rtti: the umbrella header plus examples/quickstart.cpp
-#     compile, link and run.
+#     compile, link and run;
+#  5. (2b) the decode-attention kernels compile for every listed CUDA
+#     architecture, with registers and spills reported and spills bounded
+#     (tests/attention_archs.py).
 # Usage: tests/build_checks.sh   (env: JOBS, default 2; CXX_GNU, CXX_CLANG, NVCC)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -78,6 +81,19 @@ else
     fi
   done
   if [[ $sm80_fail == 0 ]]; then say "ok: compute_80 PTX of ${sm80_units[*]} assembles for sm_80"; else fail=1; fi
+fi
+
+# ---- 2b. decode attention for every listed architecture -----------------------------
+# tests/attention_archs.py: tests/attention_archs.cu compiled as SASS for each
+# real target of KVTILE_DEFAULT_CUDA_ARCHITECTURES (sm_80 .. sm_120), ptxas -v
+# per kernel (registers, spills; more spill stores than
+# tests/data/attention_spills.txt allows fails), each policy's shared memory.
+if [[ -z $nvcc ]]; then
+  say "SKIP decode attention per architecture: nvcc not found"
+elif ! python3 tests/attention_archs.py --nvcc "$nvcc" --jobs "$jobs"; then
+  say "FAIL: decode attention per architecture (tests/attention_archs.py)"; fail=1
+else
+  say "ok: decode attention compiles for every listed architecture within its spill allowance"
 fi
 
 # ---- 3. strict warnings as errors ---------------------------------------------------
