@@ -600,8 +600,8 @@ if os.environ.get("KVTILE_NO_FAKE_KERNELS") != "1":
 # (0 = roll back): the cache then equals, byte for byte, a cache into which only the accepted
 # tokens were appended. fork starts a row from another row's state, sharing its complete pages.
 
-__all__ += ["MAX_DRAFT_TOKENS", "draft_bytes", "append_drafts", "commit_drafts", "fork", "fork_slots",
-            "validate_fork"]
+__all__ += ["MAX_DRAFT_TOKENS", "FLAG_BAD_DRAFTS", "draft_bytes", "append_drafts", "commit_drafts", "fork",
+            "fork_slots", "validate_fork"]
 
 # Most draft tokens per row of one verify step (KVTILE_OPS_MAX_DRAFT_TOKENS).
 MAX_DRAFT_TOKENS = 8
