@@ -174,6 +174,7 @@ void run_drafts(const char* cfg, bool sink, std::uint64_t seed) {
     if (graph) {
       if (!exec) {
         cudaGraph_t g = nullptr;
+        KVT_CUDA(cudaStreamSynchronize(stream));  // the uploads above are done before the capture begins
         KVT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
         launch_both(true);
         KVT_CUDA(cudaStreamEndCapture(stream, &g));
@@ -350,6 +351,7 @@ void run_fork_graph(bool sink) {
         cudaGraphExec_t& e = c == 0 ? ef : eu;
         if (!e) {
           cudaGraph_t g = nullptr;
+          KVT_CUDA(cudaStreamSynchronize(stream));
           KVT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
           launched &= c == 0 ? step_launch(df, iof) : step_launch(du, iou);
           KVT_CUDA(cudaStreamEndCapture(stream, &g));
