@@ -262,3 +262,24 @@ TEST_CASE("speculative: fork shares pages; divergent continuations equal unshare
     CHECK(acc > 0);
   }
 }
+
+TEST_CASE("speculative: the per-row rules") {
+  using kvtile::check_append_drafts;
+  using kvtile::check_commit;
+  constexpr std::int32_t bad = kvtile::device::paged_flag_bad_drafts;
+  CHECK(check_append_drafts(10, 0, 0) == 0);  // a live row with no drafts: pending with 0
+  CHECK(check_append_drafts(10, 8, 0) == 0);
+  CHECK(check_append_drafts(8, 8, 0) == 0);   // drafts from position 0
+  CHECK(check_append_drafts(10, 9, 0) == bad);  // more than max_draft_tokens
+  CHECK(check_append_drafts(3, 4, 0) == bad);   // seq_lens must include the drafts
+  CHECK(check_append_drafts(10, -1, 0) == bad);
+  CHECK(check_append_drafts(10, 2, 3) == bad);  // drafts pending
+  CHECK(check_commit(0, 5, 1) == 0);            // 0 of 0
+  CHECK(check_commit(3, 5, 4) == 0);
+  CHECK(check_commit(4, 5, 4) == bad);          // more than appended
+  CHECK(check_commit(0, 5, 0) == bad);          // nothing pending
+  CHECK(check_commit(0, 5, 10) == bad);         // a state no append_drafts writes
+  CHECK(check_commit(0, -1, 1) == bad);
+  CHECK(check_commit(0, INT32_MAX - 7, 1) == bad);  // L0 + 8 would overflow int32
+  CHECK(kvtile::draft_bytes(3, 2, 128, 128) == 3 * 2 * (2 * 136 * 128 * 2 + 8));
+}
