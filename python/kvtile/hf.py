@@ -105,16 +105,15 @@ class Layer(_HFLayer):
         if tok_k.dtype not in (torch.float16, torch.bfloat16):
             tok_k, tok_v = tok_k.half(), tok_v.half()
         drafts = 0 if first or t == 1 else min(t, kvtile.MAX_DRAFT_TOKENS)
-        plain = t - drafts
-        if plain == 1:
-            self.paged.seq_lens.fill_(self.cumulative_length + 1)
-            kvtile.append(self.paged, tok_k, tok_v)
-        elif plain > 1:
+        plain = t - drafts  # tokens stored as committed (the prompt, a one-token step, or a long step's head)
+        if plain:
+            src_k = tok_k.view(b, t, h, d)[:, :plain].reshape(b * plain, h, d).contiguous() if drafts else tok_k
+            src_v = tok_v.view(b, t, h, d)[:, :plain].reshape(b * plain, h, d).contiguous() if drafts else tok_v
             self.paged.seq_lens.fill_(self.cumulative_length + plain)
-            src_k = tok_k.view(b, t, h, d)[:, :plain].reshape(b * plain, h, d) if drafts else tok_k
-            src_v = tok_v.view(b, t, h, d)[:, :plain].reshape(b * plain, h, d) if drafts else tok_v
-            kvtile.prefill(self.paged, src_k.contiguous(), src_v.contiguous(), self._cu_of(plain),
-                           max_tokens_per_seq=plain)
+            if plain == 1:
+                kvtile.append(self.paged, src_k, src_v)
+            else:
+                kvtile.prefill(self.paged, src_k, src_v, self._cu_of(plain), max_tokens_per_seq=plain)
         if drafts:
             l0 = self.cumulative_length + plain
             self.paged.seq_lens.fill_(new_len)

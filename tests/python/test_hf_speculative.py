@@ -65,14 +65,16 @@ def same_cache(a, b):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("length, step, keep", [(120, 6, 2), (125, 6, 1), (125, 6, 6), (200, 8, 0)])
+@pytest.mark.parametrize("length, step, keep", [(120, 6, 2), (125, 6, 1), (125, 6, 6), (200, 8, 0),
+                                                (200, 9, 3), (120, 12, 6), (120, 12, 2)])
 def test_crop_equals_feeding_only_the_kept_tokens(model, length, step, keep):
     ids = prompt(length + step)
     a = kvtile.hf.Cache(model.config, preset="k4v2_g128", max_cache_len=512)
     b = kvtile.hf.Cache(model.config, preset="k4v2_g128", max_cache_len=512)
     model(ids[:, :length], past_key_values=a, use_cache=True)
     model(ids[:, :length], past_key_values=b, use_cache=True)
-    model(ids[:, length:length + step], past_key_values=a, use_cache=True)  # a verify step: drafts
+    # a verify step: drafts (of a step longer than 8 tokens, the head is committed and the last 8 are drafts)
+    model(ids[:, length:length + step], past_key_values=a, use_cache=True)
     assert a.get_seq_length() == length + step
     a.crop(length + keep)
     assert a.get_seq_length() == length + keep
