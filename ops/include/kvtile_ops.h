@@ -274,6 +274,58 @@ KVTILE_OPS_API int kvtile_ops_decode_plan_build_fp16(kvtile_ops_decode_plan* pla
 KVTILE_OPS_API int kvtile_ops_decode_plan_run_fp16(const kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* cache,
                                               const kvtile_ops_decode_params* params, kvtile_ops_stream stream);
 
+
+/* ---- speculative decoding and forks ----------------------------------------------
+ * docs/api.md ("Speculative decoding and shared prefixes") has the lifecycle:
+ * append drafts (seq_lens already include them), verify (decode with
+ * qo_indptr = cu_drafts), commit the accepted prefix per row (0 = roll back);
+ * fork a slot. The staging area of a cache (kvtile::draft_view):
+ *   draft_k/v    [num_slots][kv_heads][G + KVTILE_OPS_MAX_DRAFT_TOKENS][head_dim] fp16, 16-byte aligned
+ *   draft_state  [num_slots][kv_heads][2] int32, zeroed once at allocation (= no drafts pending)
+ * A row that breaks the draft rules (drafts while drafts are pending, more
+ * than 8 or more than seq_lens drafts, commit with nothing pending or of more
+ * than appended, fork of a slot with pending drafts) is skipped and gets
+ * KVTILE_OPS_FLAG_BAD_DRAFTS in flags. Every device function here launches
+ * without host synchronization (capturable in a CUDA graph). */
+#define KVTILE_OPS_MAX_DRAFT_TOKENS 8
+#define KVTILE_OPS_FLAG_BAD_DRAFTS 32 /* kvtile::device::paged_flag_bad_drafts */
+
+typedef struct kvtile_ops_drafts {
+  void* draft_k;
+  void* draft_v;
+  int32_t* draft_state;
+} kvtile_ops_drafts;
+
+/* Bytes of the staging area and state for num_slots slots (no GPU needed). */
+KVTILE_OPS_API int kvtile_ops_draft_bytes(int preset, int head_dim, int32_t num_slots, int32_t kv_heads,
+                                          int64_t* bytes);
+/* k, v [total][kv_heads][head_dim] (fp16/bf16), row s at [cu_drafts[s], cu_drafts[s+1])
+ * (device int32, num_seqs + 1 entries), 0..8 per row; rows with seq_lens 0 and no
+ * drafts are skipped. Tiles the drafts complete are quantized as append would. */
+KVTILE_OPS_API int kvtile_ops_append_drafts(const kvtile_ops_cache* cache, const kvtile_ops_drafts* drafts, int dtype,
+                                            const void* k, const void* v, const int32_t* cu_drafts, int32_t* flags,
+                                            kvtile_ops_stream stream);
+/* accepted: device int32 [num_seqs], drafts kept per row (0 = roll back; < 0 = row
+ * skipped). new_seq_lens: optional device int32 [num_seqs], written with the committed
+ * lengths (may be cache->seq_lens itself). */
+KVTILE_OPS_API int kvtile_ops_commit_drafts(const kvtile_ops_cache* cache, const kvtile_ops_drafts* drafts,
+                                            const int32_t* accepted, int32_t* new_seq_lens, int32_t* flags,
+                                            kvtile_ops_stream stream);
+/* Slot dst_slots[i] gets slot src_slots[i]'s tail and sink (device int32 [count]);
+ * drafts may be NULL (no staging area). flags: optional device int32 [count]. The
+ * engine then points the new row's page_table[0, L / G) at the source's pages and
+ * sets its seq_lens; shared pages are immutable (never written by any writer). */
+KVTILE_OPS_API int kvtile_ops_fork(const kvtile_ops_cache* cache, const kvtile_ops_drafts* drafts,
+                                   const int32_t* src_slots, const int32_t* dst_slots, int32_t count, int32_t* flags,
+                                   kvtile_ops_stream stream);
+/* Host check of a fork (no GPU): host copies of the pairs, of cache->tail_slots (or
+ * NULL when the cache has none) and of seq_lens. KVTILE_OPS_INVALID_ARGUMENT, with
+ * a message, for a slot out of range, a destination twice or also a source, or a
+ * destination that is the slot of a live row (seq_lens > 0). */
+KVTILE_OPS_API int kvtile_ops_validate_fork(const kvtile_ops_cache* cache, const int32_t* host_src_slots,
+                                            const int32_t* host_dst_slots, int32_t count,
+                                            const int32_t* host_tail_slots, const int32_t* host_seq_lens);
+
 #ifdef __cplusplus
 }
 #endif

@@ -107,4 +107,19 @@ int kvtile_ops_decode_plan_run_fp16(const kvtile_ops_decode_plan*, const kvtile_
   return no_device("kvtile_ops_decode_plan_run_fp16");
 }
 
+int kvtile_ops_append_drafts(const kvtile_ops_cache*, const kvtile_ops_drafts*, int, const void*, const void*,
+                             const int32_t*, int32_t*, kvtile_ops_stream) {
+  return no_device("kvtile_ops_append_drafts");
+}
+
+int kvtile_ops_commit_drafts(const kvtile_ops_cache*, const kvtile_ops_drafts*, const int32_t*, int32_t*, int32_t*,
+                             kvtile_ops_stream) {
+  return no_device("kvtile_ops_commit_drafts");
+}
+
+int kvtile_ops_fork(const kvtile_ops_cache*, const kvtile_ops_drafts*, const int32_t*, const int32_t*, int32_t,
+                    int32_t*, kvtile_ops_stream) {
+  return no_device("kvtile_ops_fork");
+}
+
 }  // extern "C"

@@ -2,6 +2,7 @@
 // messages, preset information, and the host codec over tiles.
 #include <kvtile/codec/element.hpp>
 #include <kvtile/paged/paged_record.hpp>
+#include <kvtile/paged/speculative.hpp>
 #include <kvtile/version.hpp>
 
 #include <cstdio>
@@ -181,6 +182,42 @@ int kvtile_ops_decode_tiles_host(int preset, int head_dim, const void* records, 
                     dtype);
     }
   });
+}
+
+}  // extern "C"
+
+// ---- speculative decoding and forks: the host-only functions ----------------------
+
+extern "C" {
+
+int kvtile_ops_draft_bytes(int preset, int head_dim, int32_t num_slots, int32_t kv_heads, int64_t* bytes) {
+  const char* fn = "kvtile_ops_draft_bytes";
+  if (!bytes) return fail(KVTILE_OPS_NULL_POINTER, "%s: bytes is NULL", fn);
+  kvtile_ops_preset_info info{};
+  if (int e = kvtile_ops_get_preset_info(preset, head_dim, &info)) return e;
+  if (num_slots < 0 || kv_heads <= 0)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: num_slots %d must be >= 0 and kv_heads %d positive", fn, num_slots,
+                kv_heads);
+  *bytes = kvtile::draft_bytes(num_slots, kv_heads, info.tile_tokens, head_dim);
+  return KVTILE_OPS_SUCCESS;
+}
+
+int kvtile_ops_validate_fork(const kvtile_ops_cache* cache, const int32_t* host_src_slots,
+                             const int32_t* host_dst_slots, int32_t count, const int32_t* host_tail_slots,
+                             const int32_t* host_seq_lens) {
+  const char* fn = "kvtile_ops_validate_fork";
+  if (!cache) return fail(KVTILE_OPS_NULL_POINTER, "%s: cache descriptor is NULL", fn);
+  kvtile::paged_cache_view v;  // validate_fork reads the row and slot counts only
+  v.num_seqs = cache->num_seqs;
+  v.num_slots = cache->num_slots;
+  v.tail_slots = cache->tail_slots;
+  const kvtile::status s = kvtile::validate_fork(v, host_src_slots, host_dst_slots, count, host_tail_slots, host_seq_lens);
+  if (s == kvtile::status::invalid_argument)
+    return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                "%s: a fork pair has a slot outside [0, %d), a destination twice or also a source, or a destination "
+                "that is the slot of a live row (seq_lens > 0): fork only into free slots",
+                fn, v.slots());
+  return from_status(s, fn);
 }
 
 }  // extern "C"

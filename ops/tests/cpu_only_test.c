@@ -97,6 +97,9 @@ int main(void) {
   NO_DEVICE(kvtile_ops_decode_plan_run, (plan, &c, &params, NULL));
   NO_DEVICE(kvtile_ops_decode_plan_build_fp16, (plan, &f, lens, &params, NULL));
   NO_DEVICE(kvtile_ops_decode_plan_run_fp16, (plan, &f, &params, NULL));
+  NO_DEVICE(kvtile_ops_append_drafts, (&c, NULL, KVTILE_OPS_FP16, NULL, NULL, NULL, NULL, NULL));
+  NO_DEVICE(kvtile_ops_commit_drafts, (&c, NULL, NULL, NULL, NULL, NULL));
+  NO_DEVICE(kvtile_ops_fork, (&c, NULL, NULL, NULL, 0, NULL, NULL));
   printf("cpu_only: the host codec works, every device function answers no_device\n");
   return 0;
 }

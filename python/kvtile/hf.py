@@ -11,17 +11,29 @@ returns the prompt's own keys and values, so the prompt attends in full
 precision, and stores them quantized; every later token is appended to the
 quantized cache. How later steps attend:
 
-* attn_implementation="kvtile" (after register()): one-token steps run
-  kvtile's fused decode attention over the quantized pages (kvtile.decode);
-  steps with several tokens take the dequantized path below.
+* attn_implementation="kvtile" (after register()): one-token steps and
+  verify steps of up to 8 tokens run kvtile's fused decode attention over
+  the quantized pages (kvtile.decode, multi-query and causal among the new
+  tokens); longer steps take the dequantized path below.
 * any other attn_implementation (sdpa, eager): each update returns the whole
   cache dequantized to fp16 (pages by kvtile.dequantize_pages, the fp16 tail
   rotated back), which that attention then reads.
 
+Speculative decoding (assisted generation: prompt_lookup_num_tokens, an
+assistant model): a step of 2..8 tokens after the prompt is stored as drafts
+(kvtile.append_drafts) and crop() commits the kept prefix exactly
+(kvtile.commit_drafts): the cache is then byte for byte the cache of the kept
+tokens alone. A step of t > 8 tokens stores its first t - 8 tokens as
+committed and the last 8 as drafts. crop(max_length) is exact down to the
+start of the fp16 tail tile of the committed tokens (the tail holds them in
+fp16); cropping further back, into a tile already quantized, raises
+ValueError. So keep prompt_lookup_num_tokens (num_assistant_tokens) <= 7:
+every verify step (the last token + the candidates) is then all drafts.
+
 Limits: every row of the batch has the same length (no left padding: the
-fused kernel has no mask; pass equal-length prompts); no beam search,
-cropping or reordering of the HF cache (kvtile's own PagedCache supports
-reordering rows through tail_slots; this wrapper does not expose it).
+fused kernel has no mask; pass equal-length prompts); no beam search or
+reordering of the HF cache (kvtile's own PagedCache supports reordering rows
+through tail_slots; this wrapper does not expose it).
 """
 import math
 
@@ -60,6 +72,7 @@ class Layer(_HFLayer):
         self.fused = fused
         self.cumulative_length = 0
         self.paged = None
+        self.pending = None  # (committed length, drafts) of a verify step not yet cropped
 
     def lazy_initialization(self, key_states, *args, **kwargs):
         b, h, _, d = key_states.shape
@@ -68,9 +81,11 @@ class Layer(_HFLayer):
         self.values = torch.tensor([], dtype=self.dtype, device=self.device)
         self.max_batch_size = b
         self.paged = kvtile.PagedCache(b, self.max_cache_len, h, d, q_heads=self.q_heads or h, preset=self.preset,
-                                       sink=self.sink, device=key_states.device)
+                                       sink=self.sink, device=key_states.device,
+                                       max_q_tokens=kvtile.MAX_Q_TOKENS).enable_drafts()
         self._rot = _hadamard(d, key_states.device)
         self._cu = {}
+        self._accepted = torch.zeros(b, dtype=torch.int32, device=key_states.device)
         self.is_initialized = True
 
     def update(self, key_states, value_states, cache_kwargs=None, *args, **kwargs):
@@ -83,25 +98,78 @@ class Layer(_HFLayer):
         new_len = self.cumulative_length + t
         if new_len > self.max_cache_len:
             raise ValueError("kvtile.hf.Cache: %d tokens exceed max_cache_len=%d" % (new_len, self.max_cache_len))
+        if self.pending is not None:  # a verify step that was not cropped: all its drafts stay
+            self._commit(self.pending[1])
         tok_k = key_states.transpose(1, 2).reshape(b * t, h, d).contiguous()
         tok_v = value_states.transpose(1, 2).reshape(b * t, h, d).contiguous()
         if tok_k.dtype not in (torch.float16, torch.bfloat16):
             tok_k, tok_v = tok_k.half(), tok_v.half()
-        self.paged.seq_lens.fill_(new_len)
-        if t == 1:
-            kvtile.append(self.paged, tok_k, tok_v)
-        else:
-            cu = self._cu.get(t)
-            if cu is None:
-                cu = self._cu[t] = torch.arange(0, (b + 1) * t, t, dtype=torch.int32, device=self.device)
-            kvtile.prefill(self.paged, tok_k, tok_v, cu, max_tokens_per_seq=t)
+        drafts = 0 if first or t == 1 else min(t, kvtile.MAX_DRAFT_TOKENS)
+        plain = t - drafts  # tokens stored as committed (the prompt, a one-token step, or a long step's head)
+        if plain:
+            src_k = tok_k.view(b, t, h, d)[:, :plain].reshape(b * plain, h, d).contiguous() if drafts else tok_k
+            src_v = tok_v.view(b, t, h, d)[:, :plain].reshape(b * plain, h, d).contiguous() if drafts else tok_v
+            self.paged.seq_lens.fill_(self.cumulative_length + plain)
+            if plain == 1:
+                kvtile.append(self.paged, src_k, src_v)
+            else:
+                kvtile.prefill(self.paged, src_k, src_v, self._cu_of(plain), max_tokens_per_seq=plain)
+        if drafts:
+            l0 = self.cumulative_length + plain
+            self.paged.seq_lens.fill_(new_len)
+            dk = tok_k.view(b, t, h, d)[:, plain:].reshape(b * drafts, h, d).contiguous()
+            dv = tok_v.view(b, t, h, d)[:, plain:].reshape(b * drafts, h, d).contiguous()
+            kvtile.append_drafts(self.paged, dk, dv, self._cu_of(drafts))
+            self.pending = (l0, drafts)
         self.cumulative_length = new_len
         if first:
             return key_states, value_states
-        if self.fused and t == 1:
+        if self.fused and (t == 1 or drafts == t):
             key_states._kvtile_layer = self  # read by kvtile.hf.attention
             return key_states, value_states
         return self.dequantize_all(key_states.dtype)
+
+    def _cu_of(self, t):
+        cu = self._cu.get(t)
+        if cu is None:
+            b = self.paged.max_seqs
+            cu = self._cu[t] = torch.arange(0, (b + 1) * t, t, dtype=torch.int32, device=self.device)
+        return cu
+
+    def _commit(self, n):
+        """Keeps the first n drafts of the pending verify step (every row), drops the rest."""
+        l0, _ = self.pending
+        self._accepted.fill_(n)
+        kvtile.commit_drafts(self.paged, self._accepted)  # writes seq_lens = l0 + n on the device
+        self.pending = None
+        self.cumulative_length = l0 + n
+
+    def crop(self, max_length):
+        """Keeps the first max_length tokens (negative: drops -max_length tokens), as DynamicLayer.crop.
+        Exact: drafts of the last verify step are committed or rolled back (kvtile.commit_drafts),
+        committed tokens in the fp16 tail tile are dropped by shortening the length. Raises
+        ValueError for a crop into a tile that is already quantized."""
+        if self.paged is None:
+            return
+        if max_length < 0:
+            max_length = self.cumulative_length - abs(max_length)
+        if max_length >= self.cumulative_length:
+            return
+        if max_length < 0:
+            raise ValueError("kvtile.hf.Layer.crop: cannot crop %d tokens to a negative length" % self.cumulative_length)
+        if self.pending is not None:
+            l0, _ = self.pending
+            self._commit(max_length - l0 if max_length >= l0 else 0)
+            if max_length >= l0:
+                return
+        start = self.cumulative_length // self.paged.tile_tokens * self.paged.tile_tokens
+        if max_length < start:
+            raise ValueError(
+                "kvtile.hf.Layer.crop: cannot crop to %d tokens: tokens below %d are already quantized (only the "
+                "drafts of the last step and the fp16 tail tile can be cropped exactly; keep "
+                "prompt_lookup_num_tokens / num_assistant_tokens <= 7)" % (max_length, start))
+        self.paged.seq_lens.fill_(max_length)
+        self.cumulative_length = max_length
 
     def dequantize_all(self, dtype=torch.float16):
         """The whole cache as [B, H, L, D] in the original frame."""
@@ -141,16 +209,18 @@ class Layer(_HFLayer):
 
     def reset(self):
         self.cumulative_length = 0
+        self.pending = None
         if self.paged is not None:
             self.paged.seq_lens.zero_()
+            self.paged.draft_state.zero_()
 
     def nbytes(self):
         return self.paged.nbytes if self.paged is not None else 0
 
     def _unsupported(self, *args, **kwargs):
-        raise NotImplementedError("kvtile.hf.Cache does not support beam search, cropping or batch reordering")
+        raise NotImplementedError("kvtile.hf.Cache does not support beam search or batch reordering")
 
-    reorder_cache = crop = batch_repeat_interleave = batch_select_indices = _unsupported
+    reorder_cache = batch_repeat_interleave = batch_select_indices = _unsupported
 
 
 class Cache(_HFCache):
@@ -183,20 +253,25 @@ class Cache(_HFCache):
 
 
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """attn_implementation="kvtile": fused kvtile decode for one-token steps over a kvtile cache, sdpa otherwise."""
+    """attn_implementation="kvtile": fused kvtile decode for one-token and verify steps over a kvtile cache,
+    sdpa otherwise."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     layer = getattr(key, "_kvtile_layer", None)
-    if layer is None or query.shape[2] != 1:
+    if layer is None or query.shape[2] > kvtile.MAX_Q_TOKENS:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
-    b, hq, _, d = query.shape
-    q = query.reshape(b, hq, d)
+    b, hq, t, d = query.shape
+    q = query.transpose(1, 2).reshape(b * t, hq, d)
     if q.dtype not in (torch.float16, torch.bfloat16):
         q = q.half()
     q = q.contiguous()
-    out = kvtile.decode(layer.paged, q, softmax_scale=scaling if scaling is not None else 1.0 / math.sqrt(d))
-    return out.view(b, 1, hq, d).to(query.dtype), None
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(d)
+    if t == 1:
+        out = kvtile.decode(layer.paged, q, softmax_scale=scale)
+    else:  # a verify step: its t tokens are the drafts just appended (causal among them)
+        out = kvtile.decode(layer.paged, q, softmax_scale=scale, cu_seqlens_q=layer._cu_of(t), max_q_tokens=t)
+    return out.view(b, t, hq, d).to(query.dtype), None
 
 
 def register(name="kvtile"):

@@ -697,6 +697,142 @@ TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
 }
 #endif
 
+// ---- speculative decoding and forks (kvtile_ops.h; docs/python.md) ---------------------
+namespace {
+
+// Host ops (every build): the staging area's size and the fork check.
+int64_t draft_bytes(int64_t preset, int64_t head_dim, int64_t num_slots, int64_t kv_heads) {
+  const checker c{"kvtile.draft_bytes"};
+  c.fits_int32({{num_slots, "num_slots"}, {kv_heads, "kv_heads"}});
+  int64_t bytes = 0;
+  c.result(kvtile_ops_draft_bytes(static_cast<int>(preset), static_cast<int>(head_dim), static_cast<int32_t>(num_slots),
+                                  static_cast<int32_t>(kv_heads), &bytes));
+  return bytes;
+}
+
+// src_slots, dst_slots [count], tail_slots [num_seqs] or None, seq_lens [num_seqs]: CPU int32.
+void validate_fork(int64_t num_slots, const Tensor& src_slots, const Tensor& dst_slots,
+                   const optional<Tensor>& tail_slots, const Tensor& seq_lens) {
+  const checker c{"kvtile.validate_fork"};
+  c.cpu(src_slots, "src_slots", {at::kInt}, {any});
+  c.cpu(dst_slots, "dst_slots", {at::kInt}, {src_slots.size(0)});
+  c.cpu(seq_lens, "seq_lens", {at::kInt}, {any});
+  if (tail_slots) c.cpu(*tail_slots, "tail_slots", {at::kInt}, {seq_lens.size(0)});
+  c.fits_int32({{num_slots, "num_slots"}, {seq_lens.size(0), "num_seqs"}, {src_slots.size(0), "count"}});
+  kvtile_ops_cache d{};
+  d.num_seqs = static_cast<int32_t>(seq_lens.size(0));
+  d.num_slots = static_cast<int32_t>(num_slots);
+  d.tail_slots = tail_slots ? tail_slots->data_ptr<int32_t>() : nullptr;
+  c.result(kvtile_ops_validate_fork(&d, src_slots.data_ptr<int32_t>(), dst_slots.data_ptr<int32_t>(),
+                                    static_cast<int32_t>(src_slots.size(0)), d.tail_slots,
+                                    seq_lens.data_ptr<int32_t>()));
+}
+
+#ifdef KVTILE_WITH_CUDA
+// draft_k/v [num_slots, kv_heads, G + 8, D] fp16 (16-byte aligned), draft_state [num_slots, kv_heads, 2] int32.
+kvtile_ops_drafts drafts_desc(checker& c, const kvtile_ops_cache& d, const Tensor& draft_k, const Tensor& draft_v,
+                              const Tensor& draft_state) {
+  kvtile_ops_preset_info info{};
+  c.result(kvtile_ops_get_preset_info(d.preset, d.head_dim, &info));
+  const std::vector<int64_t> shape{d.num_slots, d.kv_heads, info.tile_tokens + KVTILE_OPS_MAX_DRAFT_TOKENS, d.head_dim};
+  c.cuda(draft_k, "draft_k", {at::kHalf}, shape, true);
+  c.cuda(draft_v, "draft_v", {at::kHalf}, shape, true);
+  c.cuda(draft_state, "draft_state", {at::kInt}, {d.num_slots, d.kv_heads, 2});
+  return {draft_k.data_ptr(), draft_v.data_ptr(), draft_state.data_ptr<int32_t>()};
+}
+
+void append_drafts(const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens, const Tensor& tail_k,
+                   const Tensor& tail_v, const optional<Tensor>& sink_k, const optional<Tensor>& sink_v,
+                   const optional<Tensor>& tail_slots, const Tensor& draft_k, const Tensor& draft_v,
+                   const Tensor& draft_state, const Tensor& k, const Tensor& v, const Tensor& cu_drafts,
+                   int64_t preset, const optional<Tensor>& flags) {
+  checker c{"kvtile.append_drafts"};
+  auto d = cache_desc(c, preset, pages, page_table, seq_lens, tail_k, tail_v, sink_k, sink_v, tail_slots);
+  const kvtile_ops_drafts dr = drafts_desc(c, d, draft_k, draft_v, draft_state);
+  c.cuda(k, "k", {at::kHalf, at::kBFloat16}, {any, d.kv_heads, d.head_dim});
+  c.same_dtype(v, "v", k, "k");
+  c.cuda(v, "v", {k.scalar_type()}, {k.size(0), d.kv_heads, d.head_dim});
+  c.cuda(cu_drafts, "cu_drafts", {at::kInt}, {d.num_seqs + 1});
+  int32_t* f = flags_ptr(c, flags, d.num_seqs);
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(kvtile_ops_append_drafts(&d, &dr, dtype_code(k.scalar_type()), k.data_ptr(), v.data_ptr(),
+                                    cu_drafts.data_ptr<int32_t>(), f, current_stream(c)));
+}
+
+void commit_drafts(const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens, const Tensor& tail_k,
+                   const Tensor& tail_v, const optional<Tensor>& sink_k, const optional<Tensor>& sink_v,
+                   const optional<Tensor>& tail_slots, const Tensor& draft_k, const Tensor& draft_v,
+                   const Tensor& draft_state, const Tensor& accepted, const optional<Tensor>& new_seq_lens,
+                   int64_t preset, const optional<Tensor>& flags) {
+  checker c{"kvtile.commit_drafts"};
+  auto d = cache_desc(c, preset, pages, page_table, seq_lens, tail_k, tail_v, sink_k, sink_v, tail_slots);
+  const kvtile_ops_drafts dr = drafts_desc(c, d, draft_k, draft_v, draft_state);
+  c.cuda(accepted, "accepted", {at::kInt}, {d.num_seqs});
+  if (new_seq_lens) c.cuda(*new_seq_lens, "new_seq_lens", {at::kInt}, {d.num_seqs});
+  int32_t* f = flags_ptr(c, flags, d.num_seqs);
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(kvtile_ops_commit_drafts(&d, &dr, accepted.data_ptr<int32_t>(),
+                                    new_seq_lens ? new_seq_lens->data_ptr<int32_t>() : nullptr, f, current_stream(c)));
+}
+
+void fork_slots(const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens, const Tensor& tail_k,
+                const Tensor& tail_v, const optional<Tensor>& sink_k, const optional<Tensor>& sink_v,
+                const optional<Tensor>& tail_slots, const optional<Tensor>& draft_k, const optional<Tensor>& draft_v,
+                const optional<Tensor>& draft_state, const Tensor& src_slots, const Tensor& dst_slots, int64_t preset,
+                const optional<Tensor>& flags) {
+  checker c{"kvtile.fork_slots"};
+  auto d = cache_desc(c, preset, pages, page_table, seq_lens, tail_k, tail_v, sink_k, sink_v, tail_slots);
+  TORCH_CHECK_VALUE(draft_k.has_value() == draft_v.has_value() && draft_k.has_value() == draft_state.has_value(),
+                    c.op, ": draft_k, draft_v and draft_state must all be given or all None");
+  kvtile_ops_drafts dr{};
+  if (draft_k) dr = drafts_desc(c, d, *draft_k, *draft_v, *draft_state);
+  c.cuda(src_slots, "src_slots", {at::kInt}, {any});
+  c.cuda(dst_slots, "dst_slots", {at::kInt}, {src_slots.size(0)});
+  c.fits_int32({{src_slots.size(0), "count"}});
+  const int64_t count = src_slots.size(0);
+  int32_t* f = flags_ptr(c, flags, count);
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(kvtile_ops_fork(&d, draft_k ? &dr : nullptr, src_slots.data_ptr<int32_t>(), dst_slots.data_ptr<int32_t>(),
+                           static_cast<int32_t>(count), f, current_stream(c)));
+}
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(kvtile, m) {
+  m.def("draft_bytes(int preset, int head_dim, int num_slots, int kv_heads) -> int", &draft_bytes);
+  m.def("validate_fork(int num_slots, Tensor src_slots, Tensor dst_slots, Tensor? tail_slots, Tensor seq_lens) -> ()",
+        &validate_fork);
+  m.def("append_drafts(Tensor(a!) pages, Tensor page_table, Tensor seq_lens, Tensor(b!) tail_k, Tensor(c!) tail_v, "
+        "Tensor(d!)? sink_k, Tensor(e!)? sink_v, Tensor? tail_slots, Tensor(f!) draft_k, Tensor(g!) draft_v, "
+        "Tensor(h!) draft_state, Tensor k, Tensor v, Tensor cu_drafts, int preset, Tensor(i!)? flags) -> ()");
+  m.def("commit_drafts(Tensor pages, Tensor page_table, Tensor seq_lens, Tensor(a!) tail_k, Tensor(b!) tail_v, "
+        "Tensor? sink_k, Tensor? sink_v, Tensor? tail_slots, Tensor draft_k, Tensor draft_v, "
+        "Tensor(c!) draft_state, Tensor accepted, Tensor(d!)? new_seq_lens, int preset, Tensor(e!)? flags) -> ()");
+  m.def("fork_slots(Tensor pages, Tensor page_table, Tensor seq_lens, Tensor(a!) tail_k, Tensor(b!) tail_v, "
+        "Tensor(c!)? sink_k, Tensor(d!)? sink_v, Tensor? tail_slots, Tensor? draft_k, Tensor? draft_v, "
+        "Tensor(e!)? draft_state, Tensor src_slots, Tensor dst_slots, int preset, Tensor(f!)? flags) -> ()");
+}
+
+#define KVTILE_SPEC_DEVICE_OPS(X) X(append_drafts) X(commit_drafts) X(fork_slots)
+
+TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
+#ifdef KVTILE_WITH_CUDA
+#define KVTILE_IMPL(op) m.impl(#op, &op);
+#else
+#define KVTILE_IMPL(op) m.impl(#op, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
+#endif
+  KVTILE_SPEC_DEVICE_OPS(KVTILE_IMPL)
+#undef KVTILE_IMPL
+}
+#ifdef KVTILE_WITH_CUDA
+TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
+#define KVTILE_IMPL(op) m.impl(#op, &op);
+  KVTILE_SPEC_DEVICE_OPS(KVTILE_IMPL)
+#undef KVTILE_IMPL
+}
+#endif
+
 PyMODINIT_FUNC PyInit__C(void) {
   static PyModuleDef def = {PyModuleDef_HEAD_INIT, "kvtile._C", "kvtile's PyTorch ops (torch.ops.kvtile.*)", -1,
                             nullptr, nullptr, nullptr, nullptr, nullptr};
