@@ -50,8 +50,11 @@ int main(void) {
     }
     st = kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, k, v, 1, rec, 0);
     CHECK(st == KVTILE_OPS_SUCCESS);
-    st = kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec, 1, KVTILE_OPS_FP32, k2, v2,
-                                      KVTILE_OPS_FRAME_ORIGINAL);
+    st = kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec, (size_t)info.record_bytes - 1, 1, KVTILE_OPS_FP32,
+                                      k2, v2, KVTILE_OPS_FRAME_ORIGINAL);
+    CHECK(st == KVTILE_OPS_TRUNCATED_RECORD); /* one byte short: refused before any read */
+    st = kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec, (size_t)info.record_bytes, 1, KVTILE_OPS_FP32, k2,
+                                      v2, KVTILE_OPS_FRAME_ORIGINAL);
     CHECK(st == KVTILE_OPS_SUCCESS);
     for (i = 0; i < n; ++i) {
       err += (k[i] - k2[i]) * (k[i] - k2[i]);
