@@ -102,6 +102,10 @@ TEST_CASE("eval end to end: tinylm slice -> table, JSON, CSV and plot agree") {
   o.csv = (d / "r.csv").string();
   o.plot = (d / "r.png").string();
   o.progress = 0;
+  // 256 tokens are two tiles: with the default decode semantics every query
+  // sees only fp16 tiles (the sink and its own), so the codecs' errors show
+  // with every tile quantized.
+  o.fp16_own_tile = o.fp16_sink_tile = false;
   std::ostringstream out, err;
   eval_result r;
   const int rc = run_app(o, out, err, &r);
@@ -467,4 +471,45 @@ TEST_CASE("eval --fp16-own-tile, --fp16-sink-tile: decode semantics (own tile an
   const auto sink = nlohmann::json::parse(slurp(d / "own.json"));
   CHECK(method_by_name(sink, "k2v2_g128/fp8")["overall"]["attention"]["kl_mean"].get<double>() > 0.0);
   fs::remove_all(d);
+}
+
+TEST_CASE("eval: decode semantics by default, named in the table and JSON with the seeds; queries capped (issue 31 items 5, 11)") {
+  app_options o = small_generated_run("kvarn+k4v2_g128+fp8", 1);
+  CHECK(o.fp16_own_tile);  // the default view is a decode step's
+  CHECK(o.fp16_sink_tile);
+  o.gen.tokens = 256;  // x 2 KV heads: 512 (position, KV head) pairs
+  o.queries_per_layer = 100000;
+  o.gen.seed = 42;
+  o.sample_seed = UINT64_MAX;
+  const fs::path d = temp_dir("sem");
+  o.json = (d / "s.json").string();
+  std::ostringstream out, errs;
+  REQUIRE(run_app(o, out, errs) == 0);
+  CHECK(out.str().find("attention semantics: decode") != std::string::npos);
+  CHECK(out.str().find("metrics: attn err") != std::string::npos);
+  CHECK(errs.str().find("using 512") != std::string::npos);
+  auto j = nlohmann::json::parse(slurp(d / "s.json"));
+  CHECK(j["settings"]["queries_per_layer"] == 512);
+  CHECK(j["settings"]["attention_semantics"] == "decode");
+  CHECK(j["settings"]["seeds"]["sample"].get<std::uint64_t>() == UINT64_MAX);
+  CHECK(j["settings"]["seeds"]["generator"].get<std::uint64_t>() == 42);
+  o.fp16_own_tile = o.fp16_sink_tile = false;  // --all-quantized
+  std::ostringstream out2;
+  REQUIRE(run_app(o, out2, errs) == 0);
+  CHECK(out2.str().find("attention semantics: all-quantized") != std::string::npos);
+  j = nlohmann::json::parse(slurp(d / "s.json"));
+  CHECK(j["settings"]["attention_semantics"] == "all-quantized");
+  fs::remove_all(d);
+
+  app_options bad;
+  std::string e;
+  bad.plot = "out.txt";  // the format comes from the extension: refused, not a PNG named out.txt
+  CHECK_FALSE(check_options(bad, e));
+  CHECK(e.find(".png or .svg") != std::string::npos);
+  bad.plot = "out.SVG";
+  CHECK(check_options(bad, e));
+  bad.outputs_named = {"--json"};  // --json '' on the command line
+  CHECK_FALSE(check_options(bad, e));
+  CHECK(e.find("--json needs a file name") != std::string::npos);
+  CHECK(default_max_memory_gib() > 0.0);
 }

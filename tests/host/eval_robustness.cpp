@@ -151,6 +151,7 @@ TEST_CASE("eval limits: sizes above the limits are usage errors, before anything
          o.gen.kv_heads = 256;
          o.gen.q_heads = 256;
          o.gen.head_dim = 256;
+         o.max_memory_gib = 16;  // the default is 3/4 of this machine's memory
        },
        "above the --max-memory budget of 16 GiB"},
       // 2^20 queries per layer at 1M tokens: ~16 TiB of reference softmax.
