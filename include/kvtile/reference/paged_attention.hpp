@@ -88,7 +88,7 @@ status gather_kv(const paged_cache_view& v, std::int32_t seq, std::int32_t head,
   auto unrotate = [&](const half_t* src, int rows, std::vector<float>& dst) {
     for (int g = 0; g < rows; ++g) {
       float* row = dst.data() + static_cast<std::size_t>(g) * D;
-      for (int d = 0; d < D; ++d) row[d] = src[static_cast<std::size_t>(g) * D + d].to_float();
+      for (int d = 0; d < D; ++d) row[d] = src[static_cast<std::ptrdiff_t>(g) * D + d].to_float();
       Codec::rotation::template inverse<D>(row);
     }
   };
@@ -169,7 +169,7 @@ status paged_attention(const paged_cache_view& v, const QT* q, const attention_o
           double mx = -std::numeric_limits<double>::infinity();
           for (std::int64_t t = lo; t < end; ++t) {
             double acc = 0;
-            for (int d = 0; d < D; ++d) acc += detail::to_double(qv[d]) * keys[static_cast<std::size_t>(t) * D + d];
+            for (int d = 0; d < D; ++d) acc += detail::to_double(qv[d]) * keys[static_cast<std::size_t>(t * D + d)];
             double sc = acc * o.softmax_scale;
             if (o.logit_softcap > 0) sc = o.logit_softcap * std::tanh(sc / o.logit_softcap);
             scores[static_cast<std::size_t>(t - lo)] = sc;
@@ -179,7 +179,7 @@ status paged_attention(const paged_cache_view& v, const QT* q, const attention_o
           for (std::int64_t t = lo; t < end; ++t) {
             const double p = std::exp(scores[static_cast<std::size_t>(t - lo)] - mx);
             sum += p;
-            for (int d = 0; d < D; ++d) ov[d] += p * values[static_cast<std::size_t>(t) * D + d];
+            for (int d = 0; d < D; ++d) ov[d] += p * values[static_cast<std::size_t>(t * D + d)];
           }
           for (int d = 0; d < D; ++d) ov[d] /= sum;
           if (lse) lse[row] = mx + std::log(sum);
