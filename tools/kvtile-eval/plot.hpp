@@ -104,16 +104,30 @@ inline plot_status write_plot(const eval_result& r, const ranking& k, const std:
     groups[g].idx.push_back(i);
   }
   {
-    // Labels (fp8 presets) alternate above and below their points in order
-    // of bits, so neighbours at close bits (k4v2_g128 3.25, k4v2_g64 3.38) do
-    // not overlap: columns 5 and 6 hold each label's y on the two panels.
-    std::vector<double> label_factor(r.methods.size(), 1.0);
-    {
+    // Labels (fp8 presets) of points at close bits (k4v2_g128 3.25 and
+    // k4v2_g64 3.38) would overlap: of such a pair (within 0.5 bits), the
+    // label of the higher point goes above it and the other's below, per
+    // panel; a lone point's label goes above. Columns 5 and 6 hold each
+    // label's y on the two panels (log scale: a factor).
+    auto label_factors = [&](auto y) {
+      std::vector<double> f(r.methods.size(), 1.4);
       std::vector<std::size_t> by_bits = groups[0].idx;
       std::sort(by_bits.begin(), by_bits.end(),
                 [&](std::size_t a, std::size_t b) { return r.methods[a].bits < r.methods[b].bits; });
-      for (std::size_t n = 0; n < by_bits.size(); ++n) label_factor[by_bits[n]] = n % 2 == 0 ? 1.35 : 1.0 / 1.35;
-    }
+      for (std::size_t n = 0; n + 1 < by_bits.size(); ++n) {
+        const std::size_t a = by_bits[n], b = by_bits[n + 1];
+        if (r.methods[b].bits - r.methods[a].bits > 0.5) continue;
+        const bool a_high = y(r.methods[a]) >= y(r.methods[b]);
+        f[a] = a_high ? 1.4 : 1.0 / 1.4;
+        f[b] = a_high ? 1.0 / 1.4 : 1.4;
+        ++n;  // a pair
+      }
+      return f;
+    };
+    const std::vector<double> err_factor =
+        label_factors([](const method_result& m) { return std::max(m.all.attn.rel_err_mean, 1e-12); });
+    const std::vector<double> kl_factor =
+        label_factors([](const method_result& m) { return std::max(m.all.attn.kl_mean, 1e-16); });
     std::ofstream f(data);
     int block = 0;
     for (auto& g : groups) {
@@ -126,8 +140,8 @@ inline plot_status write_plot(const eval_result& r, const ranking& k, const std:
         if (m.spec.fam != family::kvarn) label = label.substr(0, label.find('/'));
         const double e = std::max(m.all.attn.rel_err_mean, 1e-12), kl = std::max(m.all.attn.kl_mean, 1e-16);
         f << detail::fmt("%.6g", m.bits) << " " << detail::fmt("%.6g", e) << " " << detail::fmt("%.6g", kl) << " \""
-          << label << "\" " << detail::fmt("%.6g", e * label_factor[i]) << " "
-          << detail::fmt("%.6g", kl * label_factor[i]) << "\n";
+          << label << "\" " << detail::fmt("%.6g", e * err_factor[i]) << " "
+          << detail::fmt("%.6g", kl * kl_factor[i]) << "\n";
       }
       f << "\n\n";
       g.pt = g.pt * 1000 + block++;  // remember the block index
