@@ -245,6 +245,8 @@ int main(void) {
            "one token per sequence");
     CHECK(kvtile_ops_decode_plan_info(plan, &ctas, &chunks) == KVTILE_OPS_SUCCESS && ctas == 0);
     CHECK(kvtile_ops_decode_plan_destroy(plan) == KVTILE_OPS_SUCCESS);
+    /* A second destroy is refused before the freed handle is read (ASan: no use after free). */
+    EXPECT(kvtile_ops_decode_plan_destroy(plan), KVTILE_OPS_INVALID_ARGUMENT, "not a live plan");
     CHECK(kvtile_ops_decode_plan_destroy(NULL) == KVTILE_OPS_SUCCESS);
 #undef RESET_PARAMS
 #undef EXPECT
