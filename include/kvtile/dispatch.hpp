@@ -23,9 +23,20 @@ KVTILE_NAMESPACE_BEGIN
 enum class packing { fp8_scales, fp16_scales };
 enum class method { kvarn, kivi, rotate_rtn };
 
-constexpr const char* to_string(packing p) noexcept { return p == packing::fp8_scales ? "fp8_scales" : "fp16_scales"; }
+constexpr const char* to_string(packing p) noexcept {
+  switch (p) {
+    case packing::fp8_scales: return "fp8_scales";
+    case packing::fp16_scales: return "fp16_scales";
+  }
+  return "unknown packing";
+}
 constexpr const char* to_string(method m) noexcept {
-  return m == method::kvarn ? "kvarn" : (m == method::kivi ? "kivi" : "rotate_rtn");
+  switch (m) {
+    case method::kvarn: return "kvarn";
+    case method::kivi: return "kivi";
+    case method::rotate_rtn: return "rotate_rtn";
+  }
+  return "unknown method";
 }
 
 struct codec_params {

@@ -5,7 +5,7 @@
  *
  * Instantiated set (kvtile_ops_supported() answers at run time):
  *   presets    KVTILE_OPS_K4V2_G128, KVTILE_OPS_K4V4_G128, KVTILE_OPS_K2V2_G128
- *              (KVarN: Hadamard, Sinkhorn(4), RTN, FP8 E4M3 scales; the
+ *              (KVarN: Hadamard, Sinkhorn(2), RTN, FP8 E4M3 scales; the
  *              kvtile::presets aliases of the same names)
  *   head_dim   device functions: k4v2_g128 at 64, 128 and 256; k4v4_g128 and
  *              k2v2_g128 at 128 (each (preset, head_dim) is one translation
@@ -55,6 +55,8 @@ typedef enum kvtile_ops_status {
   KVTILE_OPS_INSUFFICIENT_SPACE = 11,
   KVTILE_OPS_CUDA_ERROR = 12,
   KVTILE_OPS_NO_DEVICE = 13,
+  KVTILE_OPS_UNSUPPORTED_ARCH = 14, /* the GPU cannot run the kernel (architecture, code in the binary, shared memory) */
+  KVTILE_OPS_TRUNCATED_RECORD = 15, /* a records buffer is shorter than num_tiles * record_bytes */
   KVTILE_OPS_UNSUPPORTED_PRESET = 100 /* preset id not in the instantiated set */
 } kvtile_ops_status;
 
@@ -144,13 +146,19 @@ KVTILE_OPS_API int32_t kvtile_ops_fp16_page_tokens(void);
  * codec of the preset (kvtile::presets::...::encode). paged = 1: the record the
  * paged store writes for these tokens (rotation, fp16 rounding, then the codec
  * with identity rotation: byte-identical to prefill/append's pages). Tiles are
- * independent; a non-finite input gives KVTILE_OPS_NON_FINITE_INPUT (records written). */
+ * independent; a non-finite input gives KVTILE_OPS_NON_FINITE_INPUT (records written).
+ * A value the record cannot hold gives KVTILE_OPS_OUT_OF_RANGE naming the tile
+ * (tiles before it are written): paged = 0, |x| > 2^48; paged = 1, a rotated
+ * value beyond fp16's +-65504 (the paged store saturates it and sets
+ * paged_flag_saturated; its record would not be the input's). */
 KVTILE_OPS_API int kvtile_ops_encode_tiles_host(int preset, int head_dim, int dtype, const void* keys,
                                                 const void* values, int64_t num_tiles, void* records, int paged);
 /* Decodes num_tiles records into keys/values [num_tiles][G][head_dim] (dtype
- * fp16, bf16 or fp32) in the given frame (kvtile_ops_frame). */
-KVTILE_OPS_API int kvtile_ops_decode_tiles_host(int preset, int head_dim, const void* records, int64_t num_tiles,
-                                                int dtype, void* keys, void* values, int frame);
+ * fp16, bf16 or fp32) in the given frame (kvtile_ops_frame). records_bytes is
+ * the size of the records buffer: shorter than num_tiles * record_bytes gives
+ * KVTILE_OPS_TRUNCATED_RECORD before anything is read (0.2: this parameter is new). */
+KVTILE_OPS_API int kvtile_ops_decode_tiles_host(int preset, int head_dim, const void* records, size_t records_bytes,
+                                                int64_t num_tiles, int dtype, void* keys, void* values, int frame);
 
 /* ---- paged store (device) ---------------------------------------------------- */
 /* k, v: [total_tokens][kv_heads][head_dim] in dtype (fp16/bf16), sequence s at
@@ -256,7 +264,12 @@ KVTILE_OPS_API int kvtile_ops_fp16_decode_ex(const kvtile_ops_fp16_cache* cache,
  * time. */
 typedef struct kvtile_ops_decode_plan kvtile_ops_decode_plan;
 KVTILE_OPS_API int kvtile_ops_decode_plan_create(kvtile_ops_decode_plan** plan);
-/* NULL is a no-op. */
+/* Destroys a plan made by kvtile_ops_decode_plan_create; NULL is a no-op.
+ * Destroy each plan exactly once: afterwards the handle is invalid (like
+ * free()). A handle that is not a live plan of this library (destroyed
+ * already, or never created) is refused with KVTILE_OPS_INVALID_ARGUMENT and
+ * nothing is freed, unless its address has been reused by a newer plan
+ * (which it then destroys): do not rely on the check. */
 KVTILE_OPS_API int kvtile_ops_decode_plan_destroy(kvtile_ops_decode_plan* plan);
 /* At most max_ctas persistent CTAs from the next plan on (0: one per SM). */
 KVTILE_OPS_API int kvtile_ops_decode_plan_limit_ctas(kvtile_ops_decode_plan* plan, int32_t max_ctas);

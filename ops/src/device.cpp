@@ -263,7 +263,8 @@ int kvtile_ops_decode_plan_create(kvtile_ops_decode_plan** plan) {
   *plan = nullptr;
   auto* p = new (std::nothrow) kvtile_ops_decode_plan();
   void* impl = p ? new_plan_impl() : nullptr;
-  if (!impl) {
+  if (!impl || !remember_plan(p)) {
+    if (impl) delete_plan_impl(impl);
     delete p;
     return fail(KVTILE_OPS_INSUFFICIENT_SPACE, "kvtile_ops_decode_plan_create: out of host memory");
   }
@@ -273,10 +274,14 @@ int kvtile_ops_decode_plan_create(kvtile_ops_decode_plan** plan) {
 }
 
 int kvtile_ops_decode_plan_destroy(kvtile_ops_decode_plan* plan) {
-  if (plan) {
-    delete_plan_impl(plan->impl);
-    delete plan;
-  }
+  if (!plan) return KVTILE_OPS_SUCCESS;
+  if (!forget_plan(plan))  // checked before the handle is read: a destroyed plan's memory is gone
+    return fail(KVTILE_OPS_INVALID_ARGUMENT,
+                "kvtile_ops_decode_plan_destroy: %p is not a live plan (destroyed already, or not from "
+                "kvtile_ops_decode_plan_create)",
+                static_cast<void*>(plan));
+  delete_plan_impl(plan->impl);
+  delete plan;
   return KVTILE_OPS_SUCCESS;
 }
 

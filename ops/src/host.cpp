@@ -1,13 +1,17 @@
 // ops/src/host.cpp: kvtile_ops functions that need no GPU: status strings and
 // messages, preset information, and the host codec over tiles.
 #include <kvtile/codec/element.hpp>
+#include <kvtile/codec/record_span.hpp>
+#include <kvtile/detail/checked.hpp>
 #include <kvtile/paged/paged_record.hpp>
 #include <kvtile/paged/speculative.hpp>
 #include <kvtile/version.hpp>
 
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "ops_internal.hpp"
@@ -16,7 +20,31 @@ namespace kvtile_ops {
 
 namespace {
 thread_local std::string last_error;
-}
+
+// The ABI's codes are kvtile::status's values: one assertion per value, and
+// the core must have no status after the last one mirrored here.
+using kvtile::status;
+static_assert(KVTILE_OPS_SUCCESS == static_cast<int>(status::success));
+static_assert(KVTILE_OPS_NON_FINITE_INPUT == static_cast<int>(status::non_finite_input));
+static_assert(KVTILE_OPS_NULL_POINTER == static_cast<int>(status::null_pointer));
+static_assert(KVTILE_OPS_INVALID_ARGUMENT == static_cast<int>(status::invalid_argument));
+static_assert(KVTILE_OPS_MISALIGNED == static_cast<int>(status::misaligned));
+static_assert(KVTILE_OPS_UNSUPPORTED_HEAD_DIM == static_cast<int>(status::unsupported_head_dim));
+static_assert(KVTILE_OPS_UNSUPPORTED_TILE_TOKENS == static_cast<int>(status::unsupported_tile_tokens));
+static_assert(KVTILE_OPS_UNSUPPORTED_BITS == static_cast<int>(status::unsupported_bits));
+static_assert(KVTILE_OPS_UNSUPPORTED_DTYPE == static_cast<int>(status::unsupported_dtype));
+static_assert(KVTILE_OPS_OUT_OF_RANGE == static_cast<int>(status::out_of_range));
+static_assert(KVTILE_OPS_CORRUPT_RECORD == static_cast<int>(status::corrupt_record));
+static_assert(KVTILE_OPS_INSUFFICIENT_SPACE == static_cast<int>(status::insufficient_space));
+static_assert(KVTILE_OPS_CUDA_ERROR == static_cast<int>(status::cuda_error));
+static_assert(KVTILE_OPS_NO_DEVICE == static_cast<int>(status::no_device));
+static_assert(KVTILE_OPS_UNSUPPORTED_ARCH == static_cast<int>(status::unsupported_arch));
+static_assert(KVTILE_OPS_TRUNCATED_RECORD == static_cast<int>(status::truncated_record));
+constexpr int last_core_status = KVTILE_OPS_TRUNCATED_RECORD;
+constexpr bool same(const char* a, const char* b) { return *a == *b && (*a == 0 || same(a + 1, b + 1)); }
+static_assert(same(kvtile::to_string(static_cast<status>(last_core_status + 1)), "unknown status"),
+              "kvtile::status has a value after truncated_record: add it to kvtile_ops_status and here");
+}  // namespace
 
 int fail(int code, const char* fmt, ...) {
   char buf[512];
@@ -26,6 +54,28 @@ int fail(int code, const char* fmt, ...) {
   va_end(ap);
   last_error = buf;
   return code;
+}
+
+namespace {
+std::mutex plans_mutex;
+std::unordered_set<const void*>& live_plans() {
+  static auto* set = new std::unordered_set<const void*>();  // never destroyed: usable during static destruction
+  return *set;
+}
+}  // namespace
+
+bool remember_plan(const void* plan) {
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  try {
+    return live_plans().insert(plan).second;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool forget_plan(const void* plan) {
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  return live_plans().erase(plan) == 1;
 }
 
 int from_status(kvtile::status s, const char* function) {
@@ -51,6 +101,11 @@ int encode_typed(const void* keys, const void* values, std::int64_t n, void* rec
   const T* k = static_cast<const T*>(keys);
   const T* v = static_cast<const T*>(values);
   auto* out = static_cast<std::uint8_t*>(records);
+  std::int64_t elements = 0, bytes = 0;  // the input and output offsets below stay representable
+  if (!kvtile::detail::checked_product<std::int64_t>(elements, n, G, D) ||
+      !kvtile::detail::checked_product<std::int64_t>(bytes, n, static_cast<std::int64_t>(Codec::record_bytes)))
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_encode_tiles_host: num_tiles %lld is too large",
+                static_cast<long long>(n));
   auto ws = std::make_unique<typename Codec::workspace>();
   bool non_finite = false;
   std::vector<kvtile::half_t> hk, hv;
@@ -69,7 +124,13 @@ int encode_typed(const void* keys, const void* values, std::int64_t n, void* rec
         flags |= kvtile::device::host_rotate_to_half<typename Codec::rotation, D>(k + off + g * D, &hk[g * D]);
         flags |= kvtile::device::host_rotate_to_half<typename Codec::rotation, D>(v + off + g * D, &hv[g * D]);
       }
-      if (flags & kvtile::device::paged_flag_non_finite) non_finite = true;
+      s = kvtile::device::paged_flags_status(flags);
+      if (s == kvtile::status::out_of_range)
+        return fail(static_cast<int>(s),
+                    "kvtile_ops_encode_tiles_host: tile %lld: a rotated value exceeds fp16's range (+-65504); the "
+                    "paged store would saturate it (paged_flag_saturated)",
+                    static_cast<long long>(t));
+      if (s == kvtile::status::non_finite_input) non_finite = true;
       s = PC::encode(hk.data(), D, hv.data(), D, out + t * static_cast<std::int64_t>(Codec::record_bytes), pws.get());
     } else {
       s = Codec::encode(k + off, D, v + off, D, out + t * static_cast<std::int64_t>(Codec::record_bytes), ws.get());
@@ -87,17 +148,26 @@ int encode_typed(const void* keys, const void* values, std::int64_t n, void* rec
 }
 
 template <class T, class Tag>
-int decode_typed(const void* records, std::int64_t n, void* keys, void* values, int frame, Tag) {
+int decode_typed(const void* records, std::size_t records_bytes, std::int64_t n, void* keys, void* values, int frame,
+                 Tag) {
   using Codec = typename Tag::type;
   constexpr int D = Codec::D, G = Codec::G;
+  const kvtile::record_span all{records, records_bytes};
+  if (kvtile::status s = kvtile::check_records(all, n, Codec::record_bytes); s != kvtile::status::success)
+    return fail(static_cast<int>(s), "kvtile_ops_decode_tiles_host: records_bytes %zu for %lld records of %zu bytes: %s",
+                records_bytes, static_cast<long long>(n), Codec::record_bytes, kvtile::to_string(s));
+  std::int64_t elements = 0;  // keys/values elements: the output offsets below stay representable
+  if (!kvtile::detail::checked_product<std::int64_t>(elements, n, G, D))
+    return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_decode_tiles_host: num_tiles %lld is too large",
+                static_cast<long long>(n));
   T* k = static_cast<T*>(keys);
   T* v = static_cast<T*>(values);
   const auto* in = static_cast<const std::uint8_t*>(records);
   const kvtile::frame f = frame == KVTILE_OPS_FRAME_ORIGINAL ? kvtile::frame::original : kvtile::frame::rotated;
   for (std::int64_t t = 0; t < n; ++t) {
     const std::int64_t off = t * G * D;
-    const kvtile::status s =
-        Codec::decode(in + t * static_cast<std::int64_t>(Codec::record_bytes), k + off, D, v + off, D, f);
+    const std::size_t at = static_cast<std::size_t>(t) * Codec::record_bytes;  // < records_bytes (checked)
+    const kvtile::status s = Codec::decode(kvtile::record_span{in + at, records_bytes - at}, k + off, D, v + off, D, f);
     if (s != kvtile::status::success)
       return fail(static_cast<int>(s), "kvtile_ops_decode_tiles_host: record %lld: %s", static_cast<long long>(t),
                   kvtile::to_string(s));
@@ -111,7 +181,7 @@ extern "C" {
 
 const char* kvtile_ops_status_string(int status) {
   if (status == KVTILE_OPS_UNSUPPORTED_PRESET) return "unsupported preset";
-  if (status < 0 || status > static_cast<int>(kvtile::status::no_device)) return "unknown status";
+  if (status < 0 || status > last_core_status) return "unknown status";
   return kvtile::to_string(static_cast<kvtile::status>(status));
 }
 
@@ -165,8 +235,8 @@ int kvtile_ops_encode_tiles_host(int preset, int head_dim, int dtype, const void
   });
 }
 
-int kvtile_ops_decode_tiles_host(int preset, int head_dim, const void* records, int64_t num_tiles, int dtype,
-                                 void* keys, void* values, int frame) {
+int kvtile_ops_decode_tiles_host(int preset, int head_dim, const void* records, size_t records_bytes, int64_t num_tiles,
+                                 int dtype, void* keys, void* values, int frame) {
   if (num_tiles < 0) return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_decode_tiles_host: num_tiles < 0");
   if (num_tiles > 0 && (!keys || !values || !records))
     return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_decode_tiles_host: keys, values or records is NULL");
@@ -174,9 +244,9 @@ int kvtile_ops_decode_tiles_host(int preset, int head_dim, const void* records, 
     return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_decode_tiles_host: frame %d is not 0 or 1", frame);
   return with_codec(preset, head_dim, "kvtile_ops_decode_tiles_host", [&](auto tag) {
     switch (dtype) {
-      case KVTILE_OPS_FP16: return decode_typed<kvtile::half_t>(records, num_tiles, keys, values, frame, tag);
-      case KVTILE_OPS_BF16: return decode_typed<kvtile::bfloat16_t>(records, num_tiles, keys, values, frame, tag);
-      case KVTILE_OPS_FP32: return decode_typed<float>(records, num_tiles, keys, values, frame, tag);
+      case KVTILE_OPS_FP16: return decode_typed<kvtile::half_t>(records, records_bytes, num_tiles, keys, values, frame, tag);
+      case KVTILE_OPS_BF16: return decode_typed<kvtile::bfloat16_t>(records, records_bytes, num_tiles, keys, values, frame, tag);
+      case KVTILE_OPS_FP32: return decode_typed<float>(records, records_bytes, num_tiles, keys, values, frame, tag);
       default:
         return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_decode_tiles_host: dtype %d is not fp16, bf16 or fp32",
                     dtype);

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <kvtile/device/detail/launch.cuh>
 #include <kvtile/numeric/bfloat16.hpp>
 #include <kvtile/numeric/half.hpp>
 #include <kvtile/status.hpp>
@@ -12,13 +13,19 @@
 
 namespace kvtile_ops {
 
-// A launch's status, with the CUDA error string when the launch itself failed.
-inline int launch_result(kvtile::status s, const char* function) {
-  if (s == kvtile::status::cuda_error) {
-    const cudaError_t e = cudaPeekAtLastError();
-    return fail(KVTILE_OPS_CUDA_ERROR, "%s: CUDA error: %s", function, cudaGetErrorString(e));
-  }
-  return from_status(s, function);
+// A launch's status, with the CUDA error the launcher returned (r.error: the
+// paged store and dequantize launchers return a launch_result and clear the
+// thread's last-error slot). Launchers that return a bare status (attention)
+// leave the error in the slot, so only then is it peeked at.
+inline int launch_result(kvtile::device::launch_result r, const char* function) {
+  cudaError_t e = r.error;
+  if (e == cudaSuccess && r.code == kvtile::status::cuda_error) e = cudaPeekAtLastError();
+  if (e != cudaSuccess)
+    return fail(static_cast<int>(r.code), "%s: %s: %s (%s)", function, kvtile::to_string(r.code),
+                cudaGetErrorName(e), cudaGetErrorString(e));
+  if (r.code == kvtile::status::cuda_error)
+    return fail(KVTILE_OPS_CUDA_ERROR, "%s: CUDA error (the failing call's error code was not returned)", function);
+  return from_status(r.code, function);
 }
 
 // A plan's run: invalid_argument also covers a call that does not match the last plan.

@@ -152,6 +152,11 @@ int check_against_plan(const kvtile_ops_decode_plan* plan, bool fp16, int preset
 void record_plan(kvtile_ops_decode_plan* plan, bool fp16, int preset, int head_dim, int kv_heads, int num_seqs,
                  int max_pages, const kvtile_ops_decode_params& p);
 
+// The live plan handles (host.cpp): remember_plan after create (false: out
+// of memory), forget_plan before destroy (false: not a live handle).
+bool remember_plan(const void* plan);
+bool forget_plan(const void* plan);
+
 // A kvtile::attention::decode_plan on the heap (device_fp16.cu: the class is CUDA-only).
 void* new_plan_impl();
 void delete_plan_impl(void* impl);

@@ -50,8 +50,11 @@ int main(void) {
     }
     st = kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, k, v, 1, rec, 0);
     CHECK(st == KVTILE_OPS_SUCCESS);
-    st = kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec, 1, KVTILE_OPS_FP32, k2, v2,
-                                      KVTILE_OPS_FRAME_ORIGINAL);
+    st = kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec, (size_t)info.record_bytes - 1, 1, KVTILE_OPS_FP32,
+                                      k2, v2, KVTILE_OPS_FRAME_ORIGINAL);
+    CHECK(st == KVTILE_OPS_TRUNCATED_RECORD); /* one byte short: refused before any read */
+    st = kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec, (size_t)info.record_bytes, 1, KVTILE_OPS_FP32, k2,
+                                      v2, KVTILE_OPS_FRAME_ORIGINAL);
     CHECK(st == KVTILE_OPS_SUCCESS);
     for (i = 0; i < n; ++i) {
       err += (k[i] - k2[i]) * (k[i] - k2[i]);
@@ -242,6 +245,8 @@ int main(void) {
            "one token per sequence");
     CHECK(kvtile_ops_decode_plan_info(plan, &ctas, &chunks) == KVTILE_OPS_SUCCESS && ctas == 0);
     CHECK(kvtile_ops_decode_plan_destroy(plan) == KVTILE_OPS_SUCCESS);
+    /* A second destroy is refused before the freed handle is read (ASan: no use after free). */
+    EXPECT(kvtile_ops_decode_plan_destroy(plan), KVTILE_OPS_INVALID_ARGUMENT, "not a live plan");
     CHECK(kvtile_ops_decode_plan_destroy(NULL) == KVTILE_OPS_SUCCESS);
 #undef RESET_PARAMS
 #undef EXPECT

@@ -7,7 +7,8 @@ stream); this module adds Python wrappers with defaults and the
 
     import kvtile
     cache = kvtile.PagedCache(max_seqs=8, max_tokens_per_seq=4096, kv_heads=8, head_dim=128, q_heads=32)
-    kvtile.prefill(cache, k, v, cu_seqlens, seq_lens)      # k, v [tokens, kv_heads, D]
+    cache.seq_lens[:n] = lengths                            # lengths that include the chunk
+    kvtile.prefill(cache, k, v, cu_seqlens)                 # k, v [tokens, kv_heads, D]; optional max_tokens_per_seq
     kvtile.append(cache, k_new, v_new)                      # after cache.seq_lens += 1
     out = kvtile.decode(cache, q)                           # q [num_seqs, q_heads, D]
     plan = kvtile.DecodePlan(cache)                         # plan / run: balanced, CUDA-graph replayable

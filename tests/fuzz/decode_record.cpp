@@ -9,7 +9,12 @@
 //  * decode_keys == validate_keys, decode_values == validate_values, decode == validate;
 //  * on failure the output buffer is untouched; on success every decoded element
 //    is finite and the stride gaps between tokens are untouched;
-//  * null pointers give null_pointer, token_stride < head_dim gives invalid_argument.
+//  * null pointers give null_pointer, token_stride < head_dim gives invalid_argument;
+//  * the length-checked API (record_span) over the raw input, in a buffer of
+//    exactly its size: shorter than record_bytes gives truncated_record and
+//    reads nothing (ASan), otherwise it equals the pointer API on those bytes.
+// Seeds: tests/fuzz/corpus/decode_record/ holds real records of every preset
+// shape (tests/fuzz/tools/make_record_corpus.cpp writes them).
 // Fill modes: raw copy (zero padded), cyclic repeat, 0xff padded, and a
 // structured mode that sets each field uniformly (reaches the 2^120 bound).
 #include "fuzz_common.hpp"
@@ -122,8 +127,30 @@ void check_decode(const std::uint8_t* rec, std::uint8_t flags, status sk, status
   FUZZ_CHECK(Codec::decode_values(rec, v.p, -stride, fr) == status::invalid_argument);
 }
 
+// The span API over exactly the input bytes (a heap buffer of that size).
+template <class Codec>
+void check_span(std::uint8_t flags, const std::uint8_t* data, std::size_t size) {
+  constexpr int D = Codec::D, G = Codec::G;
+  exact_buffer<std::uint8_t> raw(size > 0 ? size : 1);
+  if (size > 0) std::memcpy(raw.p, data, size);
+  const record_span span{raw.p, size};
+  const frame fr = (flags & 0x20) ? frame::rotated : frame::original;
+  exact_buffer<float> k(static_cast<std::size_t>(G) * D), v(static_cast<std::size_t>(G) * D);
+  const status s = Codec::decode(span, k.p, D, v.p, D, fr);
+  if (size < Codec::record_bytes) {
+    FUZZ_CHECK(s == status::truncated_record);
+    FUZZ_CHECK(Codec::validate(span) == status::truncated_record);
+    FUZZ_CHECK(Codec::decode_keys(span, k.p, D, fr) == status::truncated_record);
+    FUZZ_CHECK(Codec::decode_values(span, v.p, D, fr) == status::truncated_record);
+  } else {
+    FUZZ_CHECK(s == Codec::validate(raw.p));
+    FUZZ_CHECK(Codec::validate(span) == s);
+  }
+}
+
 template <class Codec>
 void fuzz_one(std::uint8_t flags, const std::uint8_t* data, std::size_t size) {
+  check_span<Codec>(flags, data, size);
   constexpr std::size_t rb = Codec::record_bytes;
   const std::size_t misalign = flags & 1;
   exact_buffer<std::uint8_t> buf(rb + misalign);  // record ends exactly at the allocation's end

@@ -116,3 +116,22 @@ TEST_CASE("dispatch: invalid enum values and the method's codec") {
   CHECK(std::string(kvtile::to_string(packing::fp16_scales)) == "fp16_scales");
   CHECK(std::string(kvtile::to_string(method::rotate_rtn)) == "rotate_rtn");
 }
+
+TEST_CASE("status and enum strings name what is supported (issue 31 item 13)") {
+  using kvtile::packing;
+  using kvtile::method;
+  using kvtile::status;
+  // G = 32 is refused: the string must not list 32 as supported.
+  const std::string tiles = kvtile::to_string(kvtile::check(codec_params{128, 32, 4, 2}));
+  CHECK(tiles.find("32") == std::string::npos);
+  CHECK(tiles.find("64 or 128") != std::string::npos);
+  // k2v4: both widths valid, the pair has no preset: the string names the pairs.
+  const std::string bits = kvtile::to_string(kvtile::check(codec_params{128, 128, 2, 4}));
+  CHECK(bits.find("2, 4 or 8") == std::string::npos);
+  CHECK(bits.find("k4v2") != std::string::npos);
+  CHECK(std::string(kvtile::to_string(static_cast<packing>(7))) == "unknown packing");
+  CHECK(std::string(kvtile::to_string(static_cast<method>(7))) == "unknown method");
+  CHECK(std::string(kvtile::to_string(packing::fp8_scales)) == "fp8_scales");
+  CHECK(std::string(kvtile::to_string(method::kvarn)) == "kvarn");
+  CHECK(std::string(kvtile::to_string(method::kivi)) == "kivi");
+}

@@ -102,6 +102,10 @@ TEST_CASE("eval end to end: tinylm slice -> table, JSON, CSV and plot agree") {
   o.csv = (d / "r.csv").string();
   o.plot = (d / "r.png").string();
   o.progress = 0;
+  // 256 tokens are two tiles: with the default decode semantics every query
+  // sees only fp16 tiles (the sink and its own), so the codecs' errors show
+  // with every tile quantized.
+  o.fp16_own_tile = o.fp16_sink_tile = false;
   std::ostringstream out, err;
   eval_result r;
   const int rc = run_app(o, out, err, &r);
@@ -319,8 +323,9 @@ TEST_CASE("eval sinkhorn iterations: variants, their codec and their own memo") 
   v.pack = kvtile::packing::fp16_scales;
   CHECK(dispatch_method(v, p, [](auto) {}) == kvtile::status::invalid_argument);
 
-  // 0 iterations is rotation + RTN: equal to the rotate_rtn baseline, although
-  // the preset (2 iterations) ran first on the same tiles (the memo is per count)
+  // Each count runs its own memo: the preset (2 iterations) ran first on the
+  // same tiles, and 0 and 4 iterations still differ from it and each other.
+  // rotate_rtn is no Sinkhorn count (null), and not Sinkhorn 0 (plain min-max rounding).
   app_options o = small_generated_run("kvarn+k2v2_g128+fp8,rotate_rtn+k2v2", 1);
   o.sinkhorn_iterations = {0, 4};
   const fs::path d = temp_dir("iter");
@@ -334,10 +339,44 @@ TEST_CASE("eval sinkhorn iterations: variants, their codec and their own memo") 
   REQUIRE(!it4.is_null());
   CHECK(it0["sinkhorn_iterations"] == 0);
   CHECK(rot["sinkhorn_iterations"].is_null());
-  CHECK(it0["overall"] == rot["overall"]);
-  CHECK(preset["overall"] != rot["overall"]);
+  CHECK(it0["overall"] != rot["overall"]);
+  CHECK(preset["overall"] != it0["overall"]);
   CHECK(it4["overall"] != it0["overall"]);
   fs::remove_all(d);
+}
+
+TEST_CASE("eval: every --sinkhorn-iterations count runs that count; baselines are plain min-max RTN (issue 31 item 12)") {
+  // Before: no case 8, so 8 ran the default branch's 16 iterations (labelled it8).
+  const kvtile::codec_params p{128, 128, 4, 2};
+  for (int it : kvtile_eval::sinkhorn_iteration_choices) {
+    CAPTURE(it);
+    method_spec v{family::kvarn, 128, 4, 2, kvtile::packing::fp8_scales, it};
+    int ran = -1;
+    CHECK(dispatch_method(v, p, [&](auto tag) { ran = decltype(tag)::type::normalizer::iterations; }) ==
+          kvtile::status::success);
+    CHECK(ran == it);
+  }
+  method_spec odd{family::kvarn, 128, 4, 2, kvtile::packing::fp8_scales, 3};
+  CHECK(dispatch_method(odd, p, [](auto) { FAIL("no codec for 3 iterations"); }) == kvtile::status::invalid_argument);
+  // KIVI: no rotation, no normalization, min-max rounding without clip (rtn_cover), keys per channel.
+  for (auto fam : {family::kivi, family::rotate_rtn}) {
+    method_spec b{fam, 128, 2, 2, kvtile::packing::fp8_scales};
+    kvtile::codec_params q{128, 128, 2, 2};
+    q.algo = fam == family::kivi ? kvtile::method::kivi : kvtile::method::rotate_rtn;
+    bool hit = false;
+    CHECK(dispatch_method(b, q, [&](auto tag) {
+            using C = typename decltype(tag)::type;
+            const bool rotation = fam == family::kivi ? std::is_same_v<typename C::rotation, kvtile::identity>
+                                                      : std::is_same_v<typename C::rotation, kvtile::hadamard>;
+            hit = rotation && std::is_same_v<typename C::normalizer, kvtile::no_normalization> &&
+                  std::is_same_v<typename C::rounding, kvtile::rtn_cover> &&
+                  std::is_same_v<typename C::config, kvtile::tile_config<128, 128, 2, 2>> &&
+                  std::is_same_v<typename C::packer, kvtile::fp8_scales>;
+          }) == kvtile::status::success);
+    CHECK(hit);
+    CHECK_FALSE(b.has_sinkhorn());
+    CHECK_FALSE(dispatch_codec(b));
+  }
 }
 
 TEST_CASE("eval kvarn-0.1: kvtile 0.1's codec (covering rule, Sinkhorn 8) as a baseline") {
@@ -432,4 +471,45 @@ TEST_CASE("eval --fp16-own-tile, --fp16-sink-tile: decode semantics (own tile an
   const auto sink = nlohmann::json::parse(slurp(d / "own.json"));
   CHECK(method_by_name(sink, "k2v2_g128/fp8")["overall"]["attention"]["kl_mean"].get<double>() > 0.0);
   fs::remove_all(d);
+}
+
+TEST_CASE("eval: decode semantics by default, named in the table and JSON with the seeds; queries capped (issue 31 items 5, 11)") {
+  app_options o = small_generated_run("kvarn+k4v2_g128+fp8", 1);
+  CHECK(o.fp16_own_tile);  // the default view is a decode step's
+  CHECK(o.fp16_sink_tile);
+  o.gen.tokens = 256;  // x 2 KV heads: 512 (position, KV head) pairs
+  o.queries_per_layer = 100000;
+  o.gen.seed = 42;
+  o.sample_seed = UINT64_MAX;
+  const fs::path d = temp_dir("sem");
+  o.json = (d / "s.json").string();
+  std::ostringstream out, errs;
+  REQUIRE(run_app(o, out, errs) == 0);
+  CHECK(out.str().find("attention semantics: decode") != std::string::npos);
+  CHECK(out.str().find("metrics: attn err") != std::string::npos);
+  CHECK(errs.str().find("using 512") != std::string::npos);
+  auto j = nlohmann::json::parse(slurp(d / "s.json"));
+  CHECK(j["settings"]["queries_per_layer"] == 512);
+  CHECK(j["settings"]["attention_semantics"] == "decode");
+  CHECK(j["settings"]["seeds"]["sample"].get<std::uint64_t>() == UINT64_MAX);
+  CHECK(j["settings"]["seeds"]["generator"].get<std::uint64_t>() == 42);
+  o.fp16_own_tile = o.fp16_sink_tile = false;  // --all-quantized
+  std::ostringstream out2;
+  REQUIRE(run_app(o, out2, errs) == 0);
+  CHECK(out2.str().find("attention semantics: all-quantized") != std::string::npos);
+  j = nlohmann::json::parse(slurp(d / "s.json"));
+  CHECK(j["settings"]["attention_semantics"] == "all-quantized");
+  fs::remove_all(d);
+
+  app_options bad;
+  std::string e;
+  bad.plot = "out.txt";  // the format comes from the extension: refused, not a PNG named out.txt
+  CHECK_FALSE(check_options(bad, e));
+  CHECK(e.find(".png or .svg") != std::string::npos);
+  bad.plot = "out.SVG";
+  CHECK(check_options(bad, e));
+  bad.outputs_named = {"--json"};  // --json '' on the command line
+  CHECK_FALSE(check_options(bad, e));
+  CHECK(e.find("--json needs a file name") != std::string::npos);
+  CHECK(default_max_memory_gib() > 0.0);
 }

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <new>
+#include <set>
+#include <utility>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -49,13 +51,17 @@ struct app_options {
   int queries_per_layer = 64;  // (position, KV head) pairs; every query head of the group attends
   int context_queries = 16;
   std::uint64_t sample_seed = 1;
-  bool fp16_own_tile = false, fp16_sink_tile = false;  // eval_options'
+  // Attention semantics (eval_options'): decode semantics by default, the sink
+  // tile and each query's own tile in fp16 as the paged cache serves them
+  // (main.cpp's --all-quantized sets both false: every complete tile quantized).
+  bool fp16_own_tile = true, fp16_sink_tile = true;
   std::vector<double> budgets = default_budgets();
   std::string device = "cpu";
   bool compare_devices = false;  // run host and GPU codecs, report bit-identity (implies --device cuda)
-  double max_memory_gib = default_max_memory_gib;  // refuse runs whose estimated peak memory is above this
+  double max_memory_gib = default_max_memory_gib();  // refuse runs whose estimated peak memory is above this
   // outputs
   std::string json, csv, plot;
+  std::set<std::string> outputs_named;  // output options given on the command line ("--json", ...; main.cpp)
   bool table = true;
   bool quiet = false;
   int progress = -1;  // -1: when stderr is a terminal; 0: never; 1: always
@@ -159,6 +165,20 @@ inline bool check_options(const app_options& o, std::string& err) {
     err = "--max-memory must be in (0, " + std::to_string(static_cast<long long>(max_memory_gib_limit)) + "] GiB";
     return false;
   }
+  // An output option given an empty name would write nothing, silently.
+  for (const auto& [name, path] : {std::pair<const char*, const std::string*>{"--json", &o.json}, {"--csv", &o.csv}})
+    if (path->empty() && o.outputs_named.count(name)) {
+      err = std::string(name) + " needs a file name";
+      return false;
+    }
+  if (!o.plot.empty() && !plot_extension_ok(o.plot)) {
+    err = "--plot " + printable(o.plot) + ": the file name must end in .png or .svg (the format is chosen by it)";
+    return false;
+  }
+  if (o.plot.empty() && o.outputs_named.count("--plot")) {
+    err = "--plot needs a file name (or --no-plot)";
+    return false;
+  }
   if (o.keys.empty() && o.values.empty()) {
     const generator_params& g = o.gen;
     if (!in_range(g.layers, 1, max_layers, "--gen-layers", err) ||
@@ -186,8 +206,12 @@ inline bool check_options(const app_options& o, std::string& err) {
 // The estimated peak memory of evaluating `o` on a dataset of this shape.
 inline memory_estimate estimate_run_memory(const app_options& o, std::size_t methods, int layers, int tokens,
                                            int kv_heads, int q_heads, int head_dim, bool file_queries) {
-  return estimate_memory(layers, tokens, kv_heads, q_heads, head_dim, file_queries, o.threads, o.queries_per_layer,
-                         o.context_queries, methods, o.compare_devices);
+  // Queries beyond the (position, KV head) pairs that exist are capped (run_app), so they cost nothing.
+  const long long pairs = static_cast<long long>(tokens) * kv_heads;
+  const int queries = o.queries_per_layer > pairs ? static_cast<int>(pairs) : o.queries_per_layer;
+  const int context = o.context_queries > pairs ? static_cast<int>(pairs) : o.context_queries;
+  return estimate_memory(layers, tokens, kv_heads, q_heads, head_dim, file_queries, o.threads, queries, context,
+                         methods, o.compare_devices);
 }
 
 // Loads the inputs (files or generator) into ds.
@@ -262,7 +286,7 @@ inline int run_app_unguarded(const app_options& o, std::ostream& out, std::ostre
       return exit_usage;
     }
   eo.threads = o.threads;
-  eo.queries = o.queries_per_layer;
+  eo.queries = o.queries_per_layer;  // capped below once the dataset's positions are known
   eo.context_queries = o.context_queries;
   eo.sample_seed = o.sample_seed;
   eo.fp16_own_tile = o.fp16_own_tile;
@@ -294,6 +318,15 @@ inline int run_app_unguarded(const app_options& o, std::ostream& out, std::ostre
     errs << "kvtile-eval: " << err << "\n";
     return exit_usage;
   }
+  // More (position, KV head) pairs than exist measure nothing new: cap them.
+  const long long pairs = static_cast<long long>(ds.tokens) * ds.kv_heads;
+  if (eo.queries > pairs) {
+    if (!o.quiet)
+      errs << "kvtile-eval: note: --queries-per-layer " << eo.queries << " is more than the " << pairs
+           << " (position, KV head) pairs of a layer; using " << pairs << "\n";
+    eo.queries = static_cast<int>(pairs);
+  }
+  if (eo.context_queries > pairs) eo.context_queries = static_cast<int>(pairs);
   if (ds.qsrc == query_source::keys_proxy && !o.quiet)
     errs << "kvtile-eval: note: no --queries given; the keys serve as queries (a proxy: real queries attend "
             "differently)\n";
@@ -307,6 +340,9 @@ inline int run_app_unguarded(const app_options& o, std::ostream& out, std::ostre
     return exit_error;
   }
   meter.finish();
+  r.sample_seed = o.sample_seed;
+  r.generated = generated;
+  r.generator_seed = o.gen.seed;
   const ranking k = rank_methods(r, o.budgets);
   if (o.table) print_table(r, k, out);
   int rc = 0;
@@ -350,6 +386,7 @@ inline int run_app_unguarded(const app_options& o, std::ostream& out, std::ostre
   } else if (!o.plot.empty()) {
     std::string msg;
     const plot_status ps = write_plot(r, k, o.plot, msg);
+    if (ps == plot_status::written && !o.quiet) errs << "kvtile-eval: wrote the Pareto plot " << o.plot << "\n";
     if (ps == plot_status::no_gnuplot) {
       errs << "kvtile-eval: warning: " << msg << "\n";
     } else if (ps == plot_status::failed) {

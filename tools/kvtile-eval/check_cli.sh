@@ -47,7 +47,29 @@ expect 2 'max-tokens: Value -1 not in range' --max-tokens -1
 expect 2 'gen-head-dim' --gen-head-dim 96
 expect 2 'not a multiple of --gen-kv-heads' --gen-kv-heads 3 --gen-q-heads 4
 expect 2 'max-memory must be in' --max-memory 0
-expect 2 'above the --max-memory budget of 16 GiB' --gen-layers 1024 --gen-tokens 4194304
+expect 2 'above the --max-memory budget of 16 GiB' --gen-layers 1024 --gen-tokens 4194304 --max-memory 16
+expect 2 'seed: must be a decimal integer' --seed -1
+expect 2 'seed: must be at most 18446744073709551615' --seed 18446744073709551616
+expect 2 'sample-seed: must be a decimal integer' --sample-seed -1
+expect 2 '--json needs a file name' --json ''
+expect 2 '--csv needs a file name' --csv ''
+# --plot's format comes from its extension: out.txt is refused, not written as a PNG.
+(cap "$bin" --no-progress --plot "$tmp/out.txt" >"$tmp/out" 2>"$tmp/err")
+rc=$?
+if [ $rc != 2 ] || ! grep -q 'must end in .png or .svg' "$tmp/err" || [ -e "$tmp/out.txt" ]; then
+  echo "FAIL: --plot out.txt: exit $rc"; cat "$tmp/err"; fail=1
+else
+  echo "ok:   --plot out.txt -> 2: $(cat "$tmp/err")"
+fi
+# --queries-per-layer above the (position, KV head) pairs is capped (before: 1M queries on 256 tokens ran 412 s).
+(cap timeout 120 "$bin" --no-plot --no-progress --gen-tokens 256 --gen-kv-heads 1 --gen-q-heads 2 --gen-layers 1 \
+  -m k4v2_g128 --queries-per-layer 1048576 >"$tmp/out" 2>"$tmp/err")
+rc=$?
+if [ $rc != 0 ] || ! grep -q 'using 256' "$tmp/err" || ! grep -q 'per layer 256 sampled' "$tmp/out"; then
+  echo "FAIL: --queries-per-layer 1048576 on 256 tokens: exit $rc"; cat "$tmp/err"; fail=1
+else
+  echo "ok:   --queries-per-layer 1048576 on 256 tokens x 1 KV head -> capped at 256"
+fi
 expect 2 'above the --max-memory budget of 1.0 GiB' --gen-tokens 1048576 --max-memory 1
 expect 2 'not expected: --bogus' --bogus
 expect 2 'unknown method selection' -m k5v5

@@ -87,8 +87,9 @@ bool quantize_layer(const dataset& ds, int l, sinkhorn_memo* memo, int threads, 
     memo_slot = nullptr;
     if (kvtile::ok(s) && records)
       std::copy(rec[w].begin(), rec[w].end(), records->begin() + static_cast<std::ptrdiff_t>(item * Codec::record_bytes));
-    if (kvtile::ok(s)) s = Codec::decode_keys(rec[w].data(), b.kh.data() + dst, D, kvtile::frame::original);
-    if (kvtile::ok(s)) s = Codec::decode_values(rec[w].data(), b.vh.data() + dst, D, kvtile::frame::original);
+    const kvtile::record_span span{rec[w].data(), rec[w].size()};  // the length-checked decode
+    if (kvtile::ok(s)) s = Codec::decode_keys(span, b.kh.data() + dst, D, kvtile::frame::original);
+    if (kvtile::ok(s)) s = Codec::decode_values(span, b.vh.data() + dst, D, kvtile::frame::original);
     if (!kvtile::ok(s)) {
       first[w] = s;
       failed = true;

@@ -3,8 +3,8 @@
 //
 // Every option has a range (docs/kvtile-eval.md, "Limits"), and the memory a
 // run will hold at its peak is estimated from the shape and the options
-// (estimate_memory) and compared with a budget (`--max-memory`, default
-// 16 GiB) before the generator or the evaluation allocates. The estimate
+// (estimate_memory) and compared with a budget (`--max-memory`, default 3/4
+// of the machine's physical memory) before the generator or the evaluation allocates. The estimate
 // counts what evaluate() holds at once: the K/V (and file queries) as float,
 // one layer's head-major buffers, the per-token errors kept for the overall
 // scope, the sampled queries' reference softmax and output, and the
@@ -18,6 +18,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
 #include "tensor.hpp"
 #include "thread_pool.hpp"
 
@@ -30,7 +34,15 @@ inline constexpr int max_q_heads = 4096;
 inline constexpr int max_queries_per_layer = 1 << 20;
 inline constexpr int max_context_queries = 1 << 16;
 inline constexpr double max_outlier_scale = 100.0;  // --gen-outlier-scale (x100: key outlier means up to 4000)
-inline constexpr double default_max_memory_gib = 16.0;
+// The default --max-memory: 3/4 of the machine's physical memory (sysconf),
+// or 16 GiB where that cannot be read.
+inline double default_max_memory_gib() {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGE_SIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) return 0.75 * static_cast<double>(pages) * static_cast<double>(page) / (1024.0 * 1024 * 1024);
+#endif
+  return 16.0;
+}
 inline constexpr double max_memory_gib_limit = 1 << 20;  // the largest --max-memory accepted (1 PiB)
 
 // What a run holds at its peak (bytes, as double: products of the limits

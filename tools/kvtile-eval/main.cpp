@@ -4,10 +4,29 @@
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
 #include "app.hpp"
+
+namespace {
+// A 64-bit unsigned seed written in decimal: no sign, no more than 2^64 - 1
+// (CLI11 alone would wrap -1 and saturate 2^64 to 2^64 - 1 silently).
+const CLI::Validator uint64_decimal(
+    [](std::string& s) -> std::string {
+      const std::string max = "18446744073709551615";
+      if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+        return "must be a decimal integer in [0, " + max + "] (got '" + s + "')";
+      const std::size_t nz = s.find_first_not_of('0');
+      const std::string digits = nz == std::string::npos ? "0" : s.substr(nz);
+      if (digits.size() > max.size() || (digits.size() == max.size() && digits > max))
+        return "must be at most " + max + " (got " + s + ")";
+      return std::string();
+    },
+    "UINT64");
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace kvtile_eval;
@@ -39,7 +58,7 @@ int main(int argc, char** argv) {
   gen->add_option("--gen-head-dim", o.gen.head_dim, "head_dim (64, 128, 256)")
       ->capture_default_str()
       ->check(CLI::IsMember({64, 128, 256}));
-  gen->add_option("--seed", o.gen.seed, "generator seed")->capture_default_str();
+  gen->add_option("--seed", o.gen.seed, "generator seed")->capture_default_str()->check(uint64_decimal);
   gen->add_option("--gen-outlier-scale", o.outlier_scale,
                   "multiplies the key outlier channels' |mean| (default 20-40; 3: 60-120)")
       ->capture_default_str()
@@ -72,13 +91,17 @@ int main(int argc, char** argv) {
   ev->add_option("--max-memory", o.max_memory_gib,
                  "refuse a run whose estimated peak memory is above this many GiB (checked before allocating)")
       ->capture_default_str();
-  ev->add_option("--sample-seed", o.sample_seed, "seed of the query sampling")->capture_default_str();
-  ev->add_flag("--fp16-own-tile", o.fp16_own_tile,
-               "decode semantics: a query sees its own tile's keys and values in fp16 (an engine's tail) and "
-               "only the tiles before it quantized (default: every complete tile up to the query quantized)");
-  ev->add_flag("--fp16-sink-tile", o.fp16_sink_tile,
-               "queries see the first tile (the attention sink) in fp16, as the paged cache's sink; with "
-               "--fp16-own-tile: tools/kv-fidelity's decode semantics");
+  ev->add_option("--sample-seed", o.sample_seed, "seed of the query sampling")->capture_default_str()->check(uint64_decimal);
+  bool own_tile = false, sink_tile = false, all_quantized = false;
+  ev->add_flag("--fp16-own-tile", own_tile,
+               "a query sees its own tile's keys and values in fp16 (an engine's tail) and only the tiles before "
+               "it quantized (on by default; with --all-quantized, turns it back on)");
+  ev->add_flag("--fp16-sink-tile", sink_tile,
+               "queries see the first tile (the attention sink) in fp16, as the paged cache's sink (on by default; "
+               "with --all-quantized, turns it back on). Both: the decode semantics of tools/kv-fidelity");
+  ev->add_flag("--all-quantized", all_quantized,
+               "every complete tile up to a query quantized, the sink and the query's own tile included (the "
+               "codec-only view of kvtile 0.2's first tables; harsher than a decode step)");
   ev->add_option("--budgets", o.budgets, "attention-error budgets (fractions) for the 'best' marks")
       ->capture_default_str()
       ->delimiter(',');
@@ -89,10 +112,12 @@ int main(int argc, char** argv) {
                "(implies --device cuda; exit 1 on a mismatch)");
 
   auto* outg = app.add_option_group("Output");
-  outg->add_option("--json", o.json, "write all results as JSON");
-  outg->add_option("--csv", o.csv, "write all results as CSV (one row per method and scope)");
+  CLI::Option* json_opt = outg->add_option("--json", o.json, "write all results as JSON");
+  CLI::Option* csv_opt = outg->add_option("--csv", o.csv, "write all results as CSV (one row per method and scope)");
   o.plot = "kvtile-eval.png";
-  outg->add_option("--plot", o.plot, "write the Pareto plot (.png via pngcairo, or .svg) with gnuplot")
+  CLI::Option* plot_opt = outg->add_option("--plot", o.plot,
+                   "write the Pareto plot with gnuplot: the name's extension picks .png (pngcairo) or .svg; by "
+                   "default kvtile-eval.png in the working directory (stderr names the file written)")
       ->capture_default_str();
   bool no_plot = false;
   outg->add_flag("--no-plot", no_plot, "do not write the plot");
@@ -116,7 +141,15 @@ int main(int argc, char** argv) {
     return rc == 0 ? kvtile_eval::exit_ok : kvtile_eval::exit_usage;
   }
   o.table = !no_table;
-  if (no_plot) o.plot.clear();
+  o.fp16_own_tile = !all_quantized || own_tile;
+  o.fp16_sink_tile = !all_quantized || sink_tile;
+  for (const auto& [name, opt] : {std::pair<const char*, CLI::Option*>{"--json", json_opt}, {"--csv", csv_opt},
+                                  {"--plot", plot_opt}})
+    if (opt->count() > 0) o.outputs_named.insert(name);
+  if (no_plot) {
+    o.plot.clear();
+    o.outputs_named.erase("--plot");
+  }
   o.progress = no_progress ? 0 : progress ? 1 : -1;
   try {
     return kvtile_eval::run_app(o, std::cout, std::cerr);

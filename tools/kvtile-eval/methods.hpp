@@ -3,7 +3,8 @@
 // A method is a kvtile preset (family kvarn) in one packing, or a baseline:
 // KVarN as kvtile 0.1 and the original KVarN round it (family kvarn01:
 // min-max covering rule, no clip, Sinkhorn 8, fp16 scales), KIVI and Hadamard
-// rotation + RTN (kvtile's `method` enum, through kvtile::dispatch) and
+// rotation + RTN (kvtile's `method` enum, through kvtile::dispatch, with
+// plain min-max rounding: baseline_rounding) and
 // per-token RTN (token_rtn.hpp). all_methods() lists
 // the default set; select_methods() parses `--methods`. A kvarn method may
 // also run at another Sinkhorn iteration count (`--sinkhorn-iterations`,
@@ -37,6 +38,14 @@ inline const char* to_string(family f) {
 
 // Sinkhorn iterations of the kvarn presets (sinkhorn<>'s default).
 inline constexpr int preset_iterations = kvtile::sinkhorn<>::iterations;
+// The baselines kivi and rotate_rtn round each row by plain min-max RTN
+// (KIVI's rule: step (max - min) / qmax, zero at the min, no clip), stored as
+// kvtile's records store it (zero rounded down to fp16, step rounded up to
+// the packing's scale format until the grid covers the row: rtn_cover). Not
+// the presets' KL-tuned rounding and clip (rtn<>): a baseline named after a
+// published method is that method (kvtile::presets::kivi / rotate_rtn keep
+// rtn<>; dispatch_method swaps the rounding).
+using baseline_rounding = kvtile::rtn_cover;
 // kvtile 0.1's codec (family kvarn01): its row rounding (rtn_cover: zero
 // rounded down to fp16, step rounded up until the grid covers the row, no
 // clip) and its Sinkhorn count. With fp16 scales its records are the
@@ -83,17 +92,20 @@ inline bool iterations_supported(const method_spec& m) {
 }
 
 namespace detail {
+// One case per entry of sinkhorn_iteration_choices; false (f not called) for any other count.
 template <int D, int KB, int VB, class F>
-void call_iterations(int it, F& f) {
+bool call_iterations(int it, F& f) {
   using kvtile::presets::kvarn;
   using P = kvtile::fp8_scales;
   using R = kvtile::rtn<>;
   switch (it) {
-    case 0: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 0>>{}); break;
-    case 1: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 1>>{}); break;
-    case 2: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 2>>{}); break;
-    case 4: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 4>>{}); break;
-    default: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 16>>{}); break;
+    case 0: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 0>>{}); return true;
+    case 1: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 1>>{}); return true;
+    case 2: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 2>>{}); return true;
+    case 4: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 4>>{}); return true;
+    case 8: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 8>>{}); return true;
+    case 16: f(kvtile::codec_tag<kvarn<D, 128, KB, VB, P, R, 16>>{}); return true;
+    default: return false;
   }
 }
 // g(integral_constant KB, integral_constant VB) for a g128_kvarn_shape() method.
@@ -125,11 +137,9 @@ inline bool kvarn01_supported(const method_spec& m) {
 }
 
 // Whether m's codec is the one kvtile::dispatch(p) gives (a preset at its own
-// Sinkhorn count, kivi, rotate_rtn): the GPU codec of kvtile-eval runs only those.
-inline bool dispatch_codec(const method_spec& m) {
-  return (m.fam == family::kvarn && m.iterations == preset_iterations) || m.fam == family::kivi ||
-         m.fam == family::rotate_rtn;
-}
+// Sinkhorn count): the GPU codec of kvtile-eval runs only those (the
+// baselines kivi and rotate_rtn use baseline_rounding: host only).
+inline bool dispatch_codec(const method_spec& m) { return m.fam == family::kvarn && m.iterations == preset_iterations; }
 
 // kvtile::dispatch(p, f) for method m: its preset, or for an iteration
 // variant (m.iterations != preset_iterations) presets::kvarn at that count (the same codec
@@ -146,15 +156,23 @@ kvtile::status dispatch_method(const method_spec& m, const kvtile::codec_params&
       });
     });
   }
+  if (m.fam == family::kivi || m.fam == family::rotate_rtn) {
+    // dispatch's kivi / rotate_rtn codec (rotation, normalization, packing) with plain min-max rounding.
+    return kvtile::dispatch(p, [&](auto tag) {
+      using C = typename decltype(tag)::type;
+      f(kvtile::codec_tag<kvtile::tile_codec<typename C::config, typename C::rotation, typename C::normalizer,
+                                             baseline_rounding, typename C::packer>>{});
+    });
+  }
   if (m.fam != family::kvarn || m.iterations == preset_iterations) return kvtile::dispatch(p, f);
-  const int* const end = std::end(sinkhorn_iteration_choices);
-  if (!iterations_supported(m) || std::find(std::begin(sinkhorn_iteration_choices), end, m.iterations) == end)
-    return kvtile::status::invalid_argument;
-  return detail::by_head_dim(p, [&](auto d) {
+  if (!iterations_supported(m)) return kvtile::status::invalid_argument;
+  bool called = false;
+  const kvtile::status s = detail::by_head_dim(p, [&](auto d) {
     detail::by_shape(m, [&](auto kb, auto vb) {
-      detail::call_iterations<decltype(d)::value, decltype(kb)::value, decltype(vb)::value>(m.iterations, f);
+      called = detail::call_iterations<decltype(d)::value, decltype(kb)::value, decltype(vb)::value>(m.iterations, f);
     });
   });
+  return s != kvtile::status::success ? s : (called ? s : kvtile::status::invalid_argument);
 }
 
 // `--sinkhorn-iterations`: after each selected kvarn method that

@@ -2,6 +2,9 @@
 // bits per element), drawn by gnuplot.
 #pragma once
 
+#include <cctype>
+#include <string>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -39,6 +42,18 @@ inline bool ends_with(const std::string& s, const std::string& e) {
 }  // namespace detail
 
 enum class plot_status { written, no_gnuplot, failed };
+
+// The plot's format comes from its file name: .png (pngcairo) or .svg.
+inline bool plot_extension_ok(const std::string& path) {
+  auto ends = [&](const char* e) {
+    const std::size_t n = std::char_traits<char>::length(e);
+    if (path.size() <= n) return false;
+    for (std::size_t i = 0; i < n; ++i)
+      if (std::tolower(static_cast<unsigned char>(path[path.size() - n + i])) != e[i]) return false;
+    return true;
+  };
+  return ends(".png") || ends(".svg");
+}
 
 // Writes the Pareto plot (PNG with pngcairo, or SVG by extension). Returns
 // no_gnuplot (with a message) when gnuplot is missing: the caller warns and
@@ -89,6 +104,30 @@ inline plot_status write_plot(const eval_result& r, const ranking& k, const std:
     groups[g].idx.push_back(i);
   }
   {
+    // Labels (fp8 presets) of points at close bits (k4v2_g128 3.25 and
+    // k4v2_g64 3.38) would overlap: of such a pair (within 0.5 bits), the
+    // label of the higher point goes above it and the other's below, per
+    // panel; a lone point's label goes above. Columns 5 and 6 hold each
+    // label's y on the two panels (log scale: a factor).
+    auto label_factors = [&](auto y) {
+      std::vector<double> f(r.methods.size(), 1.4);
+      std::vector<std::size_t> by_bits = groups[0].idx;
+      std::sort(by_bits.begin(), by_bits.end(),
+                [&](std::size_t a, std::size_t b) { return r.methods[a].bits < r.methods[b].bits; });
+      for (std::size_t n = 0; n + 1 < by_bits.size(); ++n) {
+        const std::size_t a = by_bits[n], b = by_bits[n + 1];
+        if (r.methods[b].bits - r.methods[a].bits > 0.5) continue;
+        const bool a_high = y(r.methods[a]) >= y(r.methods[b]);
+        f[a] = a_high ? 1.4 : 1.0 / 1.4;
+        f[b] = a_high ? 1.0 / 1.4 : 1.4;
+        ++n;  // a pair
+      }
+      return f;
+    };
+    const std::vector<double> err_factor =
+        label_factors([](const method_result& m) { return std::max(m.all.attn.rel_err_mean, 1e-12); });
+    const std::vector<double> kl_factor =
+        label_factors([](const method_result& m) { return std::max(m.all.attn.kl_mean, 1e-16); });
     std::ofstream f(data);
     int block = 0;
     for (auto& g : groups) {
@@ -99,8 +138,10 @@ inline plot_status write_plot(const eval_result& r, const ranking& k, const std:
         std::string label = m.spec.fam == family::kvarn ? m.spec.config() : m.spec.name();
         if (m.spec.fam == family::kvarn && m.spec.iterations != preset_iterations) label += " it" + std::to_string(m.spec.iterations);
         if (m.spec.fam != family::kvarn) label = label.substr(0, label.find('/'));
-        f << detail::fmt("%.6g", m.bits) << " " << detail::fmt("%.6g", std::max(m.all.attn.rel_err_mean, 1e-12))
-          << " " << detail::fmt("%.6g", std::max(m.all.attn.kl_mean, 1e-16)) << " \"" << label << "\"\n";
+        const double e = std::max(m.all.attn.rel_err_mean, 1e-12), kl = std::max(m.all.attn.kl_mean, 1e-16);
+        f << detail::fmt("%.6g", m.bits) << " " << detail::fmt("%.6g", e) << " " << detail::fmt("%.6g", kl) << " \""
+          << label << "\" " << detail::fmt("%.6g", e * err_factor[i]) << " "
+          << detail::fmt("%.6g", kl * kl_factor[i]) << "\n";
       }
       f << "\n\n";
       g.pt = g.pt * 1000 + block++;  // remember the block index
@@ -125,7 +166,7 @@ inline plot_status write_plot(const eval_result& r, const ranking& k, const std:
            "' title '" + g.title + "'";
       if (&g == &groups[0])  // label the fp8 presets only (the others sit at the same bits, +0.12 for fp16)
         c += ", \\\n     " + detail::gp_quote(data.string()) + " index " + std::to_string(block) + " using 1:" +
-             std::to_string(col) + ":4 with labels offset 0.7,0.6 left font ',9' tc rgb '" + g.color + "' notitle";
+             std::to_string(col + 3) + ":4 with labels offset 0.8,0 left font ',9' tc rgb '" + g.color + "' notitle";
       first = false;
     }
     if (with_front)

@@ -44,6 +44,16 @@ inline std::string context_label(int c) {
 }
 }  // namespace detail
 
+namespace detail {
+// "decode" (sink and own tile fp16), "all-quantized", "own-tile-fp16" or "sink-tile-fp16".
+inline const char* semantics_name(const eval_result& r) {
+  if (r.fp16_own_tile && r.fp16_sink_tile) return "decode";
+  if (r.fp16_own_tile) return "own-tile-fp16";
+  if (r.fp16_sink_tile) return "sink-tile-fp16";
+  return "all-quantized";
+}
+}  // namespace detail
+
 inline void print_table(const eval_result& r, const ranking& k, std::ostream& o) {
   using detail::fmt;
   using detail::pad;
@@ -59,8 +69,22 @@ inline void print_table(const eval_result& r, const ranking& k, std::ostream& o)
       << (r.compared ? "; host codec run too and compared" : "") << ")\n";
   o << "  tokens of a trailing partial tile stay fp16 (as an engine's tail); 'bits' counts a quantized tile "
        "(K and V, all metadata)\n";
-  if (r.fp16_own_tile) o << "  --fp16-own-tile: each query sees its own tile in fp16 and the tiles before it quantized\n";
-  if (r.fp16_sink_tile) o << "  --fp16-sink-tile: queries see the first tile (the sink) in fp16\n";
+  o << "  attention semantics: " << detail::semantics_name(r) << ": ";
+  if (r.fp16_own_tile && r.fp16_sink_tile)
+    o << "each query sees the first tile (sink, --fp16-sink-tile) and its own tile (--fp16-own-tile) in fp16 and "
+         "the tiles between quantized, as the paged cache serves a decode step (--all-quantized: every tile "
+         "quantized)\n";
+  else if (!r.fp16_own_tile && !r.fp16_sink_tile)
+    o << "every complete tile up to the query quantized, the sink and the query's own tile included (harsher "
+         "than a decode step; the default is --fp16-sink-tile --fp16-own-tile)\n";
+  else if (r.fp16_own_tile)
+    o << "--fp16-own-tile: each query sees its own tile in fp16 and the tiles before it quantized, the sink "
+         "included\n";
+  else
+    o << "--fp16-sink-tile: queries see the first tile (the sink) in fp16, the rest quantized, their own tile "
+         "included\n";
+  o << "  metrics: attn err = |o - o^| / |o| of the attention output over the sampled queries (mean, p95); KL = "
+       "KL(p || p^) of the attention weights (mean, worst 5%); K/V SNR and cos per token over all tokens\n";
   o << "\n";
   const std::size_t wn = 26;
   o << pad("method", wn, true) << pad("bits", 7) << pad("x fp16", 8) << pad("K SNR", 8) << pad("V SNR", 8)
@@ -174,7 +198,10 @@ inline nlohmann::json to_json(const eval_result& r, const ranking& k) {
                    {"primary_metric", "attention.rel_err_mean"},
                    {"partial_tile_tokens", "kept in fp16"},
                    {"fp16_own_tile", r.fp16_own_tile},
-                   {"fp16_sink_tile", r.fp16_sink_tile}};
+                   {"fp16_sink_tile", r.fp16_sink_tile},
+                   {"attention_semantics", detail::semantics_name(r)},
+                   {"seeds", {{"sample", r.sample_seed},
+                              {"generator", r.generated ? nlohmann::json(r.generator_seed) : nlohmann::json()}}}};
   nlohmann::json budgets = nlohmann::json::array();
   for (std::size_t b = 0; b < k.budgets.size(); ++b)
     budgets.push_back({{"attn_rel_err_max", k.budgets[b]},

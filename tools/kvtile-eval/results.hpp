@@ -50,6 +50,9 @@ struct eval_result {
   std::vector<int> context_positions;
   int queries_per_layer = 0, context_queries = 0;
   bool fp16_own_tile = false, fp16_sink_tile = false;  // eval_options'
+  std::uint64_t sample_seed = 0;     // the query sampling's seed
+  bool generated = false;            // the K/V came from the embedded generator
+  std::uint64_t generator_seed = 0;  // its seed (when generated)
   int threads = 1;
   double seconds = 0;
   std::string device = "cpu";  // "cuda" when use_device

@@ -41,6 +41,7 @@
 #include "../tile_config.hpp"
 #include "element.hpp"
 #include "encode_rules.hpp"
+#include "record_span.hpp"
 #include "record_view.hpp"
 
 KVTILE_NAMESPACE_BEGIN
@@ -180,6 +181,26 @@ class tile_codec {
     return status::success;
   }
 
+  // Length-checked decode (record_span.hpp): status::truncated_record when
+  // the span holds fewer than record_bytes (nothing read or written), else
+  // the pointer overload's result. Use these for records from outside.
+  template <class T>
+  static status decode(record_span r, T* keys, std::ptrdiff_t key_stride, T* values, std::ptrdiff_t value_stride,
+                       frame f = frame::original) {
+    if (status s = check_records(r, 1, record_bytes); s != status::success) return s;
+    return decode(r.data, keys, key_stride, values, value_stride, f);
+  }
+  template <class T>
+  static status decode_keys(record_span r, T* keys, std::ptrdiff_t token_stride, frame f = frame::original) {
+    if (status s = check_records(r, 1, record_bytes); s != status::success) return s;
+    return decode_keys(r.data, keys, token_stride, f);
+  }
+  template <class T>
+  static status decode_values(record_span r, T* values, std::ptrdiff_t token_stride, frame f = frame::original) {
+    if (status s = check_records(r, 1, record_bytes); s != status::success) return s;
+    return decode_values(r.data, values, token_stride, f);
+  }
+
 
  private:
   // Decode bodies: the record and the output arguments are already validated.
@@ -268,6 +289,10 @@ class tile_codec {
   static status validate(const void* record) {
     if (status s = validate_keys(record); s != status::success) return s;
     return validate_values(record);
+  }
+  static status validate(record_span r) {
+    if (status s = check_records(r, 1, record_bytes); s != status::success) return s;
+    return validate(r.data);
   }
 
  private:

@@ -13,7 +13,8 @@
 //                                                    tail/sink pools; null = slot s
 // Sequence s with length L holds n_full = L / G complete tiles and L % G tail
 // tokens. Complete tile i lives in page page_table[s][i], except that with the
-// sink on, tile 0 lives in sink_k/v[s] and page_table[s][0] is not read.
+// sink on, tile 0 lives in sink_k/v at the sequence's slot (tail_slot(s), see
+// below) and page_table[s][0] is not read.
 // The view is passed by value to kernels.
 //
 // Slots (the engine-facing layout): tails and sinks are a pool of num_slots
@@ -67,9 +68,15 @@ struct paged_cache_view {
     return pages + (static_cast<std::int64_t>(page) * kv_heads + head) * record_bytes;
   }
   // First element of the fp16 tail (or sink) tile of (seq, head): G x D,
-  // token-major, in slot tail_slot(seq) of the pools.
+  // token-major, in slot tail_slot(seq) of the pools. Reads tail_slots[seq]:
+  // device code, or host code over a view of host memory. Host code holding
+  // a view of DEVICE memory uses tile_offset_of_slot with the slot it knows.
   KVTILE_HOST_DEVICE std::int64_t tile_offset(std::int32_t seq, std::int32_t head) const {
-    return (static_cast<std::int64_t>(tail_slot(seq)) * kv_heads + head) * tile_tokens * head_dim;
+    return tile_offset_of_slot(tail_slot(seq), head);
+  }
+  // The same from a slot value (reads no view memory: safe on the host with a device view).
+  KVTILE_HOST_DEVICE std::int64_t tile_offset_of_slot(std::int32_t slot, std::int32_t head) const {
+    return (static_cast<std::int64_t>(slot) * kv_heads + head) * tile_tokens * head_dim;
   }
 };
 
@@ -102,8 +109,10 @@ inline status validate_structure(const paged_cache_view& v, std::int64_t expecte
 }
 
 // Checks a host copy of the page table and lengths against the view: every
-// length >= 0 and within max_pages_per_seq * G (+ nothing else), every page a
-// complete tile needs in [0, num_pages), and no page used twice.
+// length >= 0 with at most max_pages_per_seq complete tiles (length / G <=
+// max_pages_per_seq: up to max_pages_per_seq * G + G - 1 tokens, the last
+// G - 1 in the tail), every page a complete tile needs in [0, num_pages), and
+// no page used twice.
 inline status validate_tables(const paged_cache_view& v, const std::int32_t* host_page_table,
                               const std::int32_t* host_seq_lens, std::uint8_t* scratch_page_marks = nullptr) {
   if (!host_page_table || !host_seq_lens) return status::null_pointer;
@@ -144,6 +153,22 @@ inline status validate_slots(const paged_cache_view& v, const std::int32_t* host
       scratch_slot_marks[slot] = 1;
     }
   }
+  return status::success;
+}
+
+// The grid tiles per sequence launch_prefill needs for chunks of at most
+// max_tokens_per_seq tokens (a chunk not aligned to G spans one tile more).
+// A bound above what one sequence can hold (max_pages_per_seq * G + G - 1
+// tokens) is taken as that capacity, so INT64_MAX means "no bound"; the
+// arithmetic cannot overflow. invalid_argument: a negative bound, or a view
+// with negative sizes or tile_tokens <= 0.
+inline status prefill_grid_tiles(const paged_cache_view& v, std::int64_t max_tokens_per_seq, std::int64_t* tiles) {
+  if (!tiles) return status::null_pointer;
+  if (max_tokens_per_seq < 0 || v.tile_tokens <= 0 || v.max_pages_per_seq < 0) return status::invalid_argument;
+  const std::int64_t g = v.tile_tokens;
+  const std::int64_t capacity = (static_cast<std::int64_t>(v.max_pages_per_seq) + 1) * g - 1;  // < 2^31 * 2^31
+  const std::int64_t n = max_tokens_per_seq < capacity ? max_tokens_per_seq : capacity;
+  *tiles = n / g + (n % g != 0 ? 1 : 0) + 1;
   return status::success;
 }
 

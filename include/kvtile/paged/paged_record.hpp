@@ -12,6 +12,7 @@
 #include "../config.hpp"
 #include "../numeric/half.hpp"
 #include "../rotation/identity.hpp"
+#include "../status.hpp"
 
 KVTILE_NAMESPACE_BEGIN
 namespace device {
@@ -23,6 +24,19 @@ enum paged_flag : std::int32_t {
   paged_flag_bad_page = 8,      // page_table entry outside [0, num_pages): tile skipped
   paged_flag_bad_length = 16,   // seq_lens / cu_seqlens inconsistent: sequence skipped
 };
+
+// The status a paged writer's flags (of one tile, or OR-ed over a batch)
+// stand for, the rule every layer reports them by: a saturated rotated value
+// (the record is not the input's) is status::out_of_range, as the codec's own
+// out-of-range input is, and so is a tile whose encode failed; a replaced
+// NaN/Inf is the warning status::non_finite_input; a bad page or length
+// (the device writers skipped that tile or sequence) is status::invalid_argument.
+constexpr status paged_flags_status(unsigned flags) noexcept {
+  if (flags & (paged_flag_bad_page | paged_flag_bad_length)) return status::invalid_argument;
+  if (flags & (paged_flag_saturated | paged_flag_encode_failed)) return status::out_of_range;
+  if (flags & paged_flag_non_finite) return status::non_finite_input;
+  return status::success;
+}
 
 // Codec used for paged records: same config, normalizer, rounding and packing,
 // identity rotation (the input is already rotated).

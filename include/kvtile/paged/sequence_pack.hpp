@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "../config.hpp"
+#include "../detail/checked.hpp"
 #include "../status.hpp"
 #include "paged_cache.hpp"
 
@@ -92,7 +93,7 @@ inline status check_pack_shape(const paged_cache_view& v, std::int32_t slot, std
     return status::invalid_argument;
   if (slot < 0 || slot >= pool_slots(v, 0)) return status::invalid_argument;
   if (length < 0 || length / v.tile_tokens > v.max_pages_per_seq) return status::invalid_argument;
-  // Every size below fits comfortably in 64 bits: bounded by int32 factors.
+  // The sizes (sequence_pack_layout_of) are computed with checked arithmetic.
   return status::success;
 }
 }  // namespace detail
@@ -112,15 +113,24 @@ inline status sequence_pack_layout_of(const paged_cache_view& v, std::int32_t sl
   L.header.first_record_tile = v.has_sink() ? 1 : 0;
   L.header.n_records = full > L.header.first_record_tile ? full - L.header.first_record_tile : 0;
   L.header.has_sink = sink ? 1 : 0;
-  const std::size_t H = static_cast<std::size_t>(v.kv_heads), D = static_cast<std::size_t>(v.head_dim);
+  // Checked: kv_heads, head_dim, tile_tokens and record_bytes are caller sizes
+  // whose products can exceed 64 bits.
+  using detail::checked_add;
+  using detail::checked_product;
+  using z = std::size_t;
+  const z H = static_cast<z>(v.kv_heads), D = static_cast<z>(v.head_dim);
   L.records = sizeof(sequence_pack_header);
-  L.tail_bytes = H * static_cast<std::size_t>(length % v.tile_tokens) * D * sizeof(half_t);
-  L.sink_bytes = sink ? H * static_cast<std::size_t>(v.tile_tokens) * D * sizeof(half_t) : 0;
-  L.tail_k = L.records + static_cast<std::size_t>(L.header.n_records) * H * static_cast<std::size_t>(v.record_bytes);
-  L.tail_v = L.tail_k + detail::pack_align16(L.tail_bytes);
-  L.sink_k = L.tail_v + detail::pack_align16(L.tail_bytes);
-  L.sink_v = L.sink_k + L.sink_bytes;
-  L.total = L.sink_v + L.sink_bytes;
+  z records_bytes = 0, tail_pad = 0;
+  if (!checked_product(L.tail_bytes, H, static_cast<z>(length % v.tile_tokens), D, z{sizeof(half_t)}) ||
+      !checked_product(L.sink_bytes, sink ? H : z{0}, static_cast<z>(v.tile_tokens), D, z{sizeof(half_t)}) ||
+      !checked_product(records_bytes, static_cast<z>(L.header.n_records), H, static_cast<z>(v.record_bytes)) ||
+      !checked_add(L.tail_bytes, z{15}, tail_pad))
+    return status::invalid_argument;
+  tail_pad = tail_pad / 16 * 16;  // pack_align16(tail_bytes)
+  if (!checked_add(L.records, records_bytes, L.tail_k) || !checked_add(L.tail_k, tail_pad, L.tail_v) ||
+      !checked_add(L.tail_v, tail_pad, L.sink_k) || !checked_add(L.sink_k, L.sink_bytes, L.sink_v) ||
+      !checked_add(L.sink_v, L.sink_bytes, L.total))
+    return status::invalid_argument;
   out = L;
   return status::success;
 }

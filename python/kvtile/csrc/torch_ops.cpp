@@ -188,8 +188,10 @@ std::tuple<Tensor, Tensor> decode_tiles(const Tensor& records, int64_t preset, i
                    ": dtype must be float16, bfloat16 or float32 (got ", c10::toString(dtype), ")");
   Tensor k = at::empty({records.size(0), info.tile_tokens, head_dim}, records.options().dtype(dtype));
   Tensor v = at::empty_like(k);
+  // The buffer's byte size goes with it: the library checks it against the record count (truncated_record).
   c.result(kvtile_ops_decode_tiles_host(static_cast<int>(preset), static_cast<int>(head_dim), records.data_ptr(),
-                                        records.size(0), dtype_code(dtype), k.data_ptr(), v.data_ptr(),
+                                        static_cast<size_t>(records.nbytes()), records.size(0), dtype_code(dtype),
+                                        k.data_ptr(), v.data_ptr(),
                                         original_frame ? KVTILE_OPS_FRAME_ORIGINAL : KVTILE_OPS_FRAME_ROTATED));
   return {k, v};
 }

@@ -140,7 +140,8 @@ inline launch_result prepare_prefill() {
       prefill_smem_bytes<Codec, BLOCK_THREADS, MIN_BLOCKS>(), paged_min_cc);
 }
 
-// max_tokens_per_seq: an upper bound on cu_seqlens[s+1] - cu_seqlens[s].
+// max_tokens_per_seq: an upper bound on cu_seqlens[s+1] - cu_seqlens[s] (above a
+// sequence's capacity it is taken as the capacity: prefill_grid_tiles, paged_cache.hpp).
 template <class Codec, class T, int BLOCK_THREADS = 512, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
 inline launch_result launch_prefill(const paged_cache_view& view, const T* k, const T* v, const std::int32_t* cu_seqlens,
                              std::int64_t max_tokens_per_seq, std::int32_t* flags = nullptr,
@@ -150,9 +151,9 @@ inline launch_result launch_prefill(const paged_cache_view& view, const T* k, co
       s != status::success)
     return s;
   if (!k || !v || !cu_seqlens) return status::null_pointer;
-  if (max_tokens_per_seq < 0) return status::invalid_argument;
+  std::int64_t max_tiles = 0;  // max_tokens_per_seq clamped to a sequence's capacity (INT64_MAX: no bound)
+  if (status s = prefill_grid_tiles(view, max_tokens_per_seq, &max_tiles); s != status::success) return s;
   if (view.num_seqs == 0 || max_tokens_per_seq == 0) return status::success;
-  const std::int64_t max_tiles = (max_tokens_per_seq + Codec::G - 1) / Codec::G + 1;
   if (max_tiles > 0x7fffffff || view.num_seqs > 65535 || view.kv_heads > 65535) return status::invalid_argument;
   if (launch_result r = prepare_prefill<Codec, T, BLOCK_THREADS, MIN_BLOCKS>(); !r.ok()) return r;
   return detail::launch_kernel<prefill_kernel<Codec, BLOCK_THREADS, T, MIN_BLOCKS>>(

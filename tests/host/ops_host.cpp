@@ -1,0 +1,99 @@
+// The C ABI's host part (ops/src/host.cpp, linked into this test): status
+// codes mirror kvtile::status, paged encode reports saturation, decode takes
+// the records' length, plan handles are tracked (issue 31 items 8, 9, 14, 15, 16).
+#include "test_util.hpp"
+
+#include <kvtile_ops.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops_internal.hpp"
+
+namespace {
+using kvtile::status;
+constexpr int D = 128, G = 128;
+
+std::int64_t record_bytes() {
+  kvtile_ops_preset_info info;
+  REQUIRE(kvtile_ops_get_preset_info(KVTILE_OPS_K4V2_G128, D, &info) == KVTILE_OPS_SUCCESS);
+  return info.record_bytes;
+}
+}  // namespace
+
+TEST_CASE("C ABI status codes and strings mirror every kvtile::status (issue 31 item 14)") {
+  for (int s = 0; s <= static_cast<int>(status::truncated_record); ++s)
+    CHECK(std::string(kvtile_ops_status_string(s)) == kvtile::to_string(static_cast<status>(s)));
+  CHECK(KVTILE_OPS_UNSUPPORTED_ARCH == 14);
+  CHECK(std::string(kvtile_ops_status_string(KVTILE_OPS_UNSUPPORTED_ARCH)) != "unknown status");
+  CHECK(std::string(kvtile_ops_status_string(KVTILE_OPS_TRUNCATED_RECORD)) != "unknown status");
+  CHECK(std::string(kvtile_ops_status_string(static_cast<int>(status::truncated_record) + 1)) == "unknown status");
+  CHECK(std::string(kvtile_ops_status_string(-1)) == "unknown status");
+  CHECK(std::string(kvtile_ops_status_string(KVTILE_OPS_UNSUPPORTED_PRESET)) == "unsupported preset");
+}
+
+TEST_CASE("encode_tiles_host reports values it cannot store the same way with paged = 0 and 1 (issue 31 item 9)") {
+  const auto rb = static_cast<std::size_t>(record_bytes());
+  std::vector<std::uint8_t> rec(2 * rb);
+  std::vector<float> k(2 * G * D), v(2 * G * D);
+  kvtest::rng r(5);
+  for (auto& x : k) x = static_cast<float>(r.normal());
+  for (auto& x : v) x = static_cast<float>(r.normal());
+  for (int paged = 0; paged <= 1; ++paged) {
+    CAPTURE(paged);
+    CHECK(kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, k.data(), v.data(), 2, rec.data(),
+                                       paged) == KVTILE_OPS_SUCCESS);
+    // A tile of 1e30 in its second tile: out of range on both paths, naming tile 1.
+    std::vector<float> big = k;
+    for (int i = G * D; i < 2 * G * D; ++i) big[i] = 1e30f;
+    CHECK(kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, big.data(), v.data(), 2, rec.data(),
+                                       paged) == KVTILE_OPS_OUT_OF_RANGE);
+    CHECK(std::string(kvtile_ops_last_error()).find("tile 1") != std::string::npos);
+  }
+  // One token of 1e5: the codec stores it (paged = 0), the paged store would
+  // saturate its rotation to +-65504 (paged = 1): out of range, not success.
+  std::vector<float> one = k;
+  for (int d = 0; d < D; ++d) one[d] = 1e5f;
+  CHECK(kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, one.data(), v.data(), 1, rec.data(), 0) ==
+        KVTILE_OPS_SUCCESS);
+  CHECK(kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, one.data(), v.data(), 1, rec.data(), 1) ==
+        KVTILE_OPS_OUT_OF_RANGE);
+  CHECK(std::string(kvtile_ops_last_error()).find("65504") != std::string::npos);
+  // A tile count whose byte size does not fit: refused before any read (item 8).
+  CHECK(kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, k.data(), v.data(), INT64_MAX / 4,
+                                     rec.data(), 0) == KVTILE_OPS_INVALID_ARGUMENT);
+}
+
+TEST_CASE("decode_tiles_host checks the records' length (issue 31 item 15)") {
+  const auto rb = static_cast<std::size_t>(record_bytes());
+  std::vector<float> k(2 * G * D), v(2 * G * D);
+  kvtest::rng r(9);
+  for (auto& x : k) x = static_cast<float>(r.normal());
+  for (auto& x : v) x = static_cast<float>(r.normal());
+  std::vector<std::uint8_t> rec(2 * rb);
+  REQUIRE(kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, k.data(), v.data(), 2, rec.data(), 0) ==
+          KVTILE_OPS_SUCCESS);
+  std::vector<float> k2(2 * G * D, 3.0f), v2(2 * G * D, 3.0f);
+  CHECK(kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec.data(), 2 * rb - 1, 2, KVTILE_OPS_FP32, k2.data(),
+                                     v2.data(), KVTILE_OPS_FRAME_ORIGINAL) == KVTILE_OPS_TRUNCATED_RECORD);
+  CHECK(k2[0] == 3.0f);  // nothing decoded
+  CHECK(std::string(kvtile_ops_last_error()).find("records_bytes") != std::string::npos);
+  CHECK(kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec.data(), rb, INT64_MAX / 2, KVTILE_OPS_FP32, k2.data(),
+                                     v2.data(), KVTILE_OPS_FRAME_ORIGINAL) == KVTILE_OPS_INVALID_ARGUMENT);
+  CHECK(kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec.data(), 2 * rb, 2, KVTILE_OPS_FP32, k2.data(),
+                                     v2.data(), KVTILE_OPS_FRAME_ORIGINAL) == KVTILE_OPS_SUCCESS);
+  CHECK(kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, nullptr, 0, 0, KVTILE_OPS_FP32, nullptr, nullptr,
+                                     KVTILE_OPS_FRAME_ORIGINAL) == KVTILE_OPS_SUCCESS);
+}
+
+TEST_CASE("plan handles: a handle is forgotten once, a second destroy is refused (issue 31 item 16)") {
+  int a = 0, b = 0;
+  CHECK(kvtile_ops::remember_plan(&a));
+  CHECK(kvtile_ops::remember_plan(&b));
+  CHECK_FALSE(kvtile_ops::remember_plan(&a));  // already live
+  CHECK(kvtile_ops::forget_plan(&a));
+  CHECK_FALSE(kvtile_ops::forget_plan(&a));  // what kvtile_ops_decode_plan_destroy refuses a second time
+  CHECK_FALSE(kvtile_ops::forget_plan(&a + 1));
+  CHECK(kvtile_ops::forget_plan(&b));
+}
