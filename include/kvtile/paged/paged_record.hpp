@@ -50,8 +50,8 @@ inline unsigned host_rotate_to_half(const T* src, half_t* dst) {
   float v[D];
   unsigned f = 0;
   for (int d = 0; d < D; ++d) {
-    float x = detail::element_to_float(src[d]);
-    if (!detail::is_finite(x)) {
+    float x = ::kvtile::detail::element_to_float(src[d]);
+    if (!::kvtile::detail::is_finite(x)) {
       x = 0.0f;
       f |= paged_flag_non_finite;
     }
@@ -60,13 +60,13 @@ inline unsigned host_rotate_to_half(const T* src, half_t* dst) {
   Rotation::template forward<D>(v);
   for (int d = 0; d < D; ++d) {
     float x = v[d];
-    if (detail::is_nan(x)) {
+    if (::kvtile::detail::is_nan(x)) {
       x = 0.0f;
       f |= paged_flag_saturated;
     } else if (!((x < 0 ? -x : x) <= half_t::max_finite)) {
       f |= paged_flag_saturated;
     }
-    dst[d] = detail::element_from_float<half_t>(x);
+    dst[d] = ::kvtile::detail::element_from_float<half_t>(x);
   }
   return f;
 }
