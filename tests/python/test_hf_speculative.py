@@ -17,20 +17,9 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 import kvtile  # noqa: E402
 import kvtile.hf  # noqa: E402
 
-_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.environ.get("KVTILE_TINYLM", os.path.join(_root, "..", "shared", "data", "tinylm-model"))
-if not os.path.isfile(os.path.join(MODEL, "config.json")):
-    pytest.skip("the tinylm checkpoint is not at %s (set KVTILE_TINYLM)" % MODEL, allow_module_level=True)
+from tinylm import MODEL, load, require_model  # noqa: E402
 
-
-def load(attn):
-    from transformers import LlamaForCausalLM
-
-    try:
-        m = LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float16, attn_implementation=attn)
-    except TypeError:
-        m = LlamaForCausalLM.from_pretrained(MODEL, torch_dtype=torch.float16, attn_implementation=attn)
-    return m.cuda().eval()
+require_model()
 
 
 @pytest.fixture(scope="module")

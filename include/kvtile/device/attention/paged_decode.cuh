@@ -232,35 +232,31 @@ struct quant_kernel_traits {
     const std::int64_t m = static_cast<std::int64_t>(c.max_pages_per_seq) * G + G - 1;
     return m > INT32_MAX ? INT32_MAX : static_cast<int>(m);
   }
-  // The kernels (packed: rows_total <= 4, one query per lane column).
-  template <class QT>
-  static constexpr auto ring_kernel(bool packed) {
-    return packed ? detail::quant_decode_kernel<P, config, packer, QT, rings, stages, true, 0, 1>
-                  : detail::quant_decode_kernel<P, config, packer, QT, rings, stages, false, 0, 1>;
-  }
 };
 
 namespace detail {
-// Whether policy P can run Codec on the current device: its kernels have a
-// body in the image the device runs and its shared memory fits (success), or
-// why not (unsupported_arch: try the next policy; no_device, cuda_error).
+// Whether policy P can run on the current device, probed with one of its
+// kernels: the kernel has a body in the image the device runs and `smem`
+// bytes fit (success), or why not (unsupported_arch: try the next policy;
+// no_device, cuda_error).
+template <class P, auto Kernel>
+device::launch_result image_runs(std::size_t smem) {
+  int arch = 0;
+  const device::launch_result r = device::detail::prepare_kernel<Kernel>(smem, 80, &arch);
+  if (r.ok() && !compiled_for<P>(arch)) return {status::unsupported_arch};
+  return r;
+}
+
 template <class Codec, class P, class QT>
 device::launch_result policy_fits() {
   using tr = quant_kernel_traits<Codec, P>;
   if constexpr (!tr::fits) {
     return {status::unsupported_arch};
   } else {
-    int arch = 0;
-    device::launch_result r =
-        device::detail::prepare_kernel<quant_decode_kernel<P, typename tr::config, typename tr::packer, QT, tr::rings,
-                                                           tr::stages, false, 0, 1>>(tr::max_smem_bytes, 80, &arch);
-    if (r.ok() && !compiled_for<P>(arch)) return {status::unsupported_arch};
-    return r;
+    return image_runs<P, quant_decode_kernel<P, typename tr::config, typename tr::packer, QT, tr::rings, tr::stages,
+                                             false, 0, 1>>(tr::max_smem_bytes);
   }
 }
-template <int D, class P, class QT>
-device::launch_result fp16_policy_fits();
-
 // The index in chain Ps... of the first policy that fits (Fits<P>() success).
 template <template <class> class Fits, class... Ps>
 device::launch_result select_policy(decode_policies<Ps...>, int& index) {
@@ -445,10 +441,7 @@ namespace detail {
 template <int D, class P, class QT>
 device::launch_result fp16_policy_fits() {
   using tr = fp16_kernel_traits<D, P>;
-  int arch = 0;
-  device::launch_result r = device::detail::prepare_kernel<tr::template kernel<QT>()>(tr::smem_bytes, 80, &arch);
-  if (r.ok() && !compiled_for<P>(arch)) return {status::unsupported_arch};
-  return r;
+  return image_runs<P, tr::template kernel<QT>()>(tr::smem_bytes);
 }
 template <int D, class QT>
 struct fp16_fits {
