@@ -14,9 +14,10 @@
 namespace kvtile_ops {
 
 // A launch's status, with the CUDA error the launcher returned (r.error: the
-// paged store and dequantize launchers return a launch_result and clear the
-// thread's last-error slot). Launchers that return a bare status (attention)
-// leave the error in the slot, so only then is it peeked at.
+// paged store, dequantize and decode launchers return a launch_result and
+// clear the thread's last-error slot). Calls that return a bare status
+// (decode_plan::plan's copy of the work list) leave the error in the slot,
+// so only then is it peeked at.
 inline int launch_result(kvtile::device::launch_result r, const char* function) {
   cudaError_t e = r.error;
   if (e == cudaSuccess && r.code == kvtile::status::cuda_error) e = cudaPeekAtLastError();
@@ -29,8 +30,8 @@ inline int launch_result(kvtile::device::launch_result r, const char* function) 
 }
 
 // A plan's run: invalid_argument also covers a call that does not match the last plan.
-inline int run_result(kvtile::status s, const char* function) {
-  if (s == kvtile::status::invalid_argument)
+inline int run_result(kvtile::device::launch_result s, const char* function) {
+  if (s.code == kvtile::status::invalid_argument)
     return fail(KVTILE_OPS_INVALID_ARGUMENT,
                 "%s: invalid argument, or the call does not match the last plan (cache shape, params, workspace or "
                 "current device): plan again",
