@@ -59,7 +59,7 @@ int main(void) {
     v[i] = (float)rand() / RAND_MAX - 0.5f;
   }
   CHECK(kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, D, KVTILE_OPS_FP32, k, v, 1, rec, 0) == KVTILE_OPS_SUCCESS);
-  CHECK(kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec, 1, KVTILE_OPS_FP32, k2, v2,
+  CHECK(kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, D, rec, (size_t)info.record_bytes, 1, KVTILE_OPS_FP32, k2, v2,
                                      KVTILE_OPS_FRAME_ORIGINAL) == KVTILE_OPS_SUCCESS);
   for (i = 0; i < n; ++i) {
     err += (k[i] - k2[i]) * (k[i] - k2[i]);

@@ -20,7 +20,8 @@ int main(void) {
   }
   st = kvtile_ops_encode_tiles_host(KVTILE_OPS_K4V2_G128, 128, KVTILE_OPS_FP32, k, v, 1, rec, 0);
   if (st == KVTILE_OPS_SUCCESS)
-    st = kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, 128, rec, 1, KVTILE_OPS_FP32, k2, v2,
+    st = kvtile_ops_decode_tiles_host(KVTILE_OPS_K4V2_G128, 128, rec, (size_t)info.record_bytes, 1, KVTILE_OPS_FP32,
+                                      k2, v2,
                                       KVTILE_OPS_FRAME_ORIGINAL);
   free(rec);
   if (st != KVTILE_OPS_SUCCESS) {
