@@ -3,10 +3,15 @@
 // and the 99 KB sm_86/89 policies (16-byte cp.async with mbarrier arrivals,
 // on any target) and the 99 KB sm_120 policy (bulk copies on sm_90+), each
 // with the shared memory it plans for on its own GPUs.
-// Against fp64 (attention_common.cuh): the C ABI presets at D 64/128/256, GQA
-// 1-16 (8- and 16-row units), sinks, ragged lengths 0/1/127/128/129, the ring
-// and stage-pool kernels, plan/run with multi-query 1-8 tokens, window and
-// soft-cap, bf16 queries, CUDA-graph replay, and the fp16 baseline.
+// Against fp64 (attention_common.cuh): k4v2_g128 at D 64/128/256 and
+// k2v2_g128 D 64 with fp16 scales (every record size class and both
+// packers), GQA 1-16 (8- and 16-row units), sinks, ragged lengths
+// 0/1/127/128/129, the ring and stage-pool kernels, plan/run with
+// multi-query 1-8 tokens, window and soft-cap, CUDA-graph replay, and the
+// fp16 baseline. What a policy changes (load path, stages, rings, pool and
+// 16-row kernels, shared memory) does not depend on the bit widths or the
+// query type, whose code the sweeps cover under the Hopper policy; keeping
+// those out keeps this unit's build within CI's time.
 //
 //   attention_policies [--policy sm80|sm86|sm120] [--small]
 //
@@ -19,7 +24,6 @@
 #include <cstring>
 
 using namespace attn_test;
-using kvtile::bfloat16_t;
 using kvtile::half_t;
 
 namespace {
@@ -32,8 +36,6 @@ void policy_cases(const char* name, bool small) {
   std::vector<std::string> rep;
   sweep_codec<k4v2_g128<128>, F>("k4v2_g128", 0, rep);
   if (!small) {
-    sweep_codec<k4v4_g128<128>, F>("k4v4_g128", 1, rep);
-    sweep_codec<k2v2_g128<128>, F>("k2v2_g128", 2, rep);
     sweep_codec<k4v2_g128<64>, F>("k4v2_g128", 3, rep);
     sweep_codec<k4v2_g128<256>, F>("k4v2_g128", 4, rep);
   }
@@ -56,8 +58,8 @@ void policy_cases(const char* name, bool small) {
                                     "k4v2_g128 long chunks, 3 CTAs", true, 3);
     attn_plan_test::plan_case<k4v2_g128<256>, F>({700, 129, 20 * 128 + 3}, 1, 16, true, none, 43,
                                                  "k4v2_g128 D=256 group 16");
-    attn_plan_test::mq_case<k4v2_g128<256>, bfloat16_t, F>({600, 2 * 128 + 1, 129}, {2, 2, 1}, 2, 1, 16, false, none,
-                                                            54, "k4v2_g128 D=256 bf16 multi-query GQA 16");
+    attn_plan_test::mq_case<k4v2_g128<256>, half_t, F>({600, 2 * 128 + 1, 129}, {2, 2, 1}, 2, 1, 16, false, none, 54,
+                                                        "k4v2_g128 D=256 multi-query GQA 16");
     attn_plan_test::mq_case<k2v2_g128<64, kvtile::fp16_scales>, half_t, F>(
         {900, 130, 3 * 128 + 5}, {2, 8, 1}, 8, 2, 1, true, attn_plan_test::mods{100, 3.0f}, 53,
         "k2v2_g128 D=64 fp16_scales multi-query window + soft-cap");
