@@ -96,6 +96,18 @@ class Engine:
         return sum(c.bytes_per_token() for c in self.caches)
 
     # ------------------------------------------------------------ prefill (eager, one request)
+    def qkv(self, layer, x, cos, sin):
+        """Attention inputs of `layer` for hidden states x [B, T, hidden]: q [B, hq, T, d], k, v [B, hkv, T, d],
+        rotary applied."""
+        b, t = x.shape[0], x.shape[1]
+        h = layer.input_layernorm(x)
+        a = layer.self_attn
+        q = a.q_proj(h).view(b, t, self.hq, self.d).transpose(1, 2)
+        k = a.k_proj(h).view(b, t, self.hkv, self.d).transpose(1, 2)
+        v = a.v_proj(h).view(b, t, self.hkv, self.d).transpose(1, 2)
+        q, k = self.apply_rope(q, k, cos, sin)
+        return q, k, v
+
     @torch.no_grad()
     def prefill(self, row, prompt):
         """Writes prompt (1-D long tensor) into row; returns the first generated token (greedy)."""
@@ -109,12 +121,8 @@ class Engine:
         cu = torch.zeros(self.max_batch + 1, dtype=torch.int32, device=self.device)
         cu[row + 1:] = t
         for layer, cache in zip(self.layers, self.caches):
-            h = layer.input_layernorm(x)
             a = layer.self_attn
-            q = a.q_proj(h).view(1, t, self.hq, self.d).transpose(1, 2)
-            k = a.k_proj(h).view(1, t, self.hkv, self.d).transpose(1, 2)
-            v = a.v_proj(h).view(1, t, self.hkv, self.d).transpose(1, 2)
-            q, k = self.apply_rope(q, k, cos, sin)
+            q, k, v = self.qkv(layer, x, cos, sin)
             rep = self.hq // self.hkv
             o = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
                                                is_causal=True, scale=self.scale)
@@ -139,12 +147,8 @@ class Engine:
         x = self.model.model.embed_tokens(self.tokens)[:, None]  # [b, 1, hidden]
         cos, sin = self.rotary(x, pos[:, None])
         for layer, cache in zip(self.layers, self.caches):
-            h = layer.input_layernorm(x)
             a = layer.self_attn
-            q = a.q_proj(h).view(b, 1, self.hq, self.d).transpose(1, 2)
-            k = a.k_proj(h).view(b, 1, self.hkv, self.d).transpose(1, 2)
-            v = a.v_proj(h).view(b, 1, self.hkv, self.d).transpose(1, 2)
-            q, k = self.apply_rope(q, k, cos, sin)
+            q, k, v = self.qkv(layer, x, cos, sin)
             q = q[:, :, 0].contiguous()  # [b, hq, d]
             k = k[:, :, 0].contiguous()
             v = v[:, :, 0].contiguous()
@@ -220,12 +224,8 @@ class Engine:
             cu[row + 1:] = t
             self.seq_lens[row] = start + t
             for layer, cache in zip(self.layers, self.caches):
-                h = layer.input_layernorm(x)
                 a = layer.self_attn
-                q = a.q_proj(h).view(1, t, self.hq, self.d).transpose(1, 2)
-                k = a.k_proj(h).view(1, t, self.hkv, self.d).transpose(1, 2)
-                v = a.v_proj(h).view(1, t, self.hkv, self.d).transpose(1, 2)
-                q, k = self.apply_rope(q, k, cos, sin)
+                q, k, v = self.qkv(layer, x, cos, sin)
                 kvtile.prefill(cache, k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous(), cu,
                                max_tokens_per_seq=t)
                 o = kvtile.decode(cache, q[0].transpose(0, 1).contiguous(), softmax_scale=self.scale,
@@ -244,12 +244,8 @@ class Engine:
         x = self.model.model.embed_tokens(self.v_tokens)[None]  # [1, slots, hidden]
         cos, sin = self.rotary(x, self.v_pos[None])
         for layer, cache in zip(self.layers, self.caches):
-            h = layer.input_layernorm(x)
             a = layer.self_attn
-            q = a.q_proj(h).view(1, n, self.hq, self.d).transpose(1, 2)
-            k = a.k_proj(h).view(1, n, self.hkv, self.d).transpose(1, 2)
-            v = a.v_proj(h).view(1, n, self.hkv, self.d).transpose(1, 2)
-            q, k = self.apply_rope(q, k, cos, sin)
+            q, k, v = self.qkv(layer, x, cos, sin)
             kvtile.append_drafts(cache, k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous(),
                                  self.v_cu)
             o = kvtile.decode(cache, q[0].transpose(0, 1).contiguous(), softmax_scale=self.scale,
