@@ -38,6 +38,32 @@
 #             their speed (JSON + Markdown under $OUT/jit80). JIT80_PREBUILT=DIR
 #             takes the binaries from DIR instead (built elsewhere with the same
 #             flags). Runs only when named in STAGES.
+#   attnjit   the decode-attention suite (attention, attention_policies, the six
+#             accuracy sweeps) from PTX only, for each architecture of JIT_ARCHS
+#             (default "80 86 89"): binaries built with
+#             -gencode=arch=compute_NN,code=compute_NN --compress-mode=none into
+#             $ATTN_JIT_DIR/jitNN/ (default build/jit-attn; ATTN_JIT_PREBUILT=1 takes
+#             them as they are, e.g. built on a CPU machine with STAGES=attnjit
+#             ATTN_JIT_BUILD_ONLY=1 and carried; --compress-mode=none because
+#             uncompressed PTX packs about 2x smaller with xz), all run at once with
+#             CUDA_FORCE_PTX_JIT=1 (the driver compiles the PTX for this GPU; the
+#             policy that the image's PTX version selects runs: decode_policy_sm80 for
+#             all three on a 227 KB GPU), then compute-sanitizer (SAN_TOOLS, default
+#             memcheck racecheck synccheck) on the --small runs of JIT_SAN ("NN:test",
+#             default: every test of jit80, attention and attention_policies of the
+#             others). JIT_BENCH=1: the attention benchmark's compute_80 PTX is
+#             JIT-compiled meanwhile, into the cache that the bench stage's
+#             JIT80_BENCH run then reads. Runs only when named.
+#   python    a fresh copy of the tree (git ls-files when .git travels, else
+#             everything but build outputs) in /tmp/kvtile-fresh: `python3 -m pip
+#             install --no-build-isolation ./python` (KVTILE_CUDA_ARCHS, default
+#             90a-real: this GPU only; MAX_JOBS 16), then `python3 -m pytest -rs
+#             tests/python` against the installed package (KVTILE_TEST_PACKAGE=
+#             installed, KVTILE_TINYLM=$TINYLM), then (SPEC_BENCH=1, alone on the
+#             GPU) examples/torch/spec_bench.py -> $OUT/spec_bench.{json,md}.
+#             Meanwhile (CTEST_TARGETS, default the paged-cache and soak device tests
+#             and the C ABI's C99 test) a `cmake --preset gpu` build (sm_90a) and
+#             ctest of those. Runs only when named.
 # Prebuilt binaries: nvcc needs no GPU, so the build stage can run on a CPU
 # machine (`STAGES=build FILTER=... scripts/gpu_session.sh`, then carry a
 # tarball of build/gpu-codec build_attn build/gpu build/jit80); on the GPU
@@ -53,7 +79,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu-session}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 STAGES=${STAGES:-build test soak eval sanitize bench}
 DEADLINE=${DEADLINE:-560}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -135,6 +161,7 @@ if want build; then
   nv build_attn/paged_decode examples/paged_decode/main.cu > "$OUT/build/paged_decode.log" 2>&1 & pids+=($!)
   nv build/gpu/soak tests/device/soak.cu > "$OUT/build/soak.log" 2>&1 & pids+=($!)
   nv build/gpu/numeric tests/device/numeric.cu > "$OUT/build/numeric.log" 2>&1 & pids+=($!)
+  nv build/gpu/speculative tests/device/speculative.cu > "$OUT/build/speculative.log" 2>&1 & pids+=($!)
   if sel abi; then  # tests/abi: two differently tuned builds of one TU linked into one executable
     ( mkdir -p build/gpu/abi &&
       $NVCC $FLAGS -DABI_VARIANT=a -DKVTILE_DEQUANTIZE_BLOCK_THREADS=128 -c tests/abi/variant.cu -o build/gpu/abi/a.o &&
@@ -154,7 +181,7 @@ fi
 run_logged() {  # run_logged <log> <cmd...>: appends "exit N" (skipped unless the binary matches FILTER)
   local log=$1; shift
   sel "$1" || { echo "skipped (FILTER)" > "$log"; echo "exit 0" >> "$log"; return 0; }
-  "$@" > "$log" 2>&1; local r=$?
+  timeout "${TEST_TIMEOUT:-300}" "$@" > "$log" 2>&1; local r=$?  # 124: TEST_TIMEOUT (s) passed
   echo "exit $r" >> "$log"
   return $r
 }
@@ -178,9 +205,22 @@ if want bench; then
     grep -E "^(prefill|decode|copy|identity check)|FAILED" "$OUT/bench/gpu_codec_$n.log" >> "$SUMMARY"
   done
   if sel build_attn/bench_attention; then
-    build_attn/bench_attention --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
+    timeout "${BENCH_TIMEOUT:-300}" build_attn/bench_attention --policies --json "$OUT/bench/attention.json" --iters 50 > "$OUT/bench/attention.log" 2>&1 || rc=1
   fi
-  sed -n '/^summary/,$p' "$OUT/bench/attention.log" | grep -E "^(fp16_baseline|k4v2_g128 )" | head -34 | tee -a "$SUMMARY"
+  sed -n '/^summary/,$p' "$OUT/bench/attention.log" | grep -E "^(fp16_baseline|k4v2_g128 |k4v2_g128_sm)" | head -80 | tee -a "$SUMMARY"
+  # PREV_BENCH=<binary> (PREV_NAME=<revision>): another build's bench_attention, same call (the report's
+  # "Architectures" section compares the Hopper policy with it row by row)
+  if [ -n "${PREV_BENCH:-}" ]; then
+    timeout "${BENCH_TIMEOUT:-300}" "$PREV_BENCH" --json "$OUT/bench/attention_previous.json" --iters 50 \
+      > "$OUT/bench/attention_previous.log" 2>&1 || rc=1
+  fi
+  # JIT80_BENCH=<binary>: bench_attention built as compute_80 PTX only, run with CUDA_FORCE_PTX_JIT=1
+  # (the sm80 policy from PTX; the attnjit stage with JIT_BENCH=1 fills the JIT cache beforehand)
+  if [ -n "${JIT80_BENCH:-}" ]; then
+    CUDA_FORCE_PTX_JIT=1 CUDA_CACHE_PATH=/tmp/kvtile-jit-cache CUDA_CACHE_MAXSIZE=4294967296 \
+      timeout "${BENCH_TIMEOUT:-300}" "$JIT80_BENCH" --json "$OUT/bench/attention_jit80.json" --iters 50 \
+      > "$OUT/bench/attention_jit80.log" 2>&1 || rc=1
+  fi
   for v in ${ATTN_VARIANTS:-}; do
     n=${v%%:*}
     build_attn/bench_attention_$n --quick --json "$OUT/bench/attention_$n.json" --iters 50 > "$OUT/bench/attention_$n.log" 2>&1 || rc=1
@@ -195,8 +235,10 @@ if want bench; then
   if [ -f "$OUT/bench/attention.json" ]; then
     python3 bench/device/attention_report.py --attention "$OUT/bench/attention.json" \
       $([ -f "$OUT/bench/sdpa.json" ] && echo --sdpa "$OUT/bench/sdpa.json") --date "$(date -u +%F)" \
+      $([ -f "$OUT/bench/attention_jit80.json" ] && echo --jit80 "$OUT/bench/attention_jit80.json") \
+      $([ -f "$OUT/bench/attention_previous.json" ] && echo --previous "$OUT/bench/attention_previous.json" --previous-name "${PREV_NAME:-previous}") \
       --gpu "$(sed -n 2p "$OUT/bench/gpu.txt" | cut -d, -f1)" --command "${BENCH_COMMAND:-scripts/gpu_session.sh (bench)}" \
-      --out "$OUT/attention_report" > "$OUT/bench/report.log" 2>&1 && sed -n '/^## Targets/,$p' "$OUT/attention_report.md" | tee -a "$SUMMARY"
+      --out "$OUT/attention_report" > "$OUT/bench/report.log" 2>&1 && sed -n '/^Targets (issue 28)/,$p' "$OUT/attention_report.md" | tee -a "$SUMMARY"
   fi
   say "bench done"
 fi
@@ -216,11 +258,12 @@ if want profile; then
   for pk in ${PROFILE_ATTN:-16,32,8,128,65536:k4v2_g128 ragged32:k4v2_g128 16,32,8,128,65536:k4v2_g128_mq8 2,8,1,128,32768:k4v2_g128}; do
     sel build_attn/bench_attention || break
     sh=${pk%%:*} kn=${pk#*:} tag=$(echo "${pk}" | tr -c 'a-z0-9_\n' '_' | tr -d '\n')
-    ARGS=(build_attn/bench_attention --iters 50 --shape "$sh" --kernel "$kn")
+    ARGS=(build_attn/bench_attention --iters 50 --policies --shape "$sh" --kernel "$kn")
     NK=(--kernel-name "regex:quant_decode_kernel|combine_kernel" --launch-skip 10 --launch-count 2)
     timeout 90 "$NCU" "${NK[@]}" $SEC --section SourceCounters "${ARGS[@]}" > "$OUT/profile/ncu_$tag.txt" 2>&1
-    timeout 90 "$NCU" "${NK[@]}" --section SourceCounters --page source --print-source sass --csv "${ARGS[@]}" \
-      > "$OUT/profile/src_$tag.csv" 2>&1 &&
+    [ "${PROFILE_SRC:-1}" = 1 ] &&  # PROFILE_SRC=0: no per-SASS-line pass (opcode histogram)
+      timeout 90 "$NCU" "${NK[@]}" --section SourceCounters --page source --print-source sass --csv "${ARGS[@]}" \
+        > "$OUT/profile/src_$tag.csv" 2>&1 &&
       python3 scripts/sass_histogram.py "$OUT/profile/src_$tag.csv" > "$OUT/profile/opcodes_$tag.txt" 2>&1
     rm -f "$OUT/profile/src_$tag.csv"
     { echo "== profile $pk"; grep -E "^    (Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size|Block Size)" "$OUT/profile/ncu_$tag.txt";
@@ -265,9 +308,10 @@ if want test; then
     run_logged "$OUT/test/$t.log" build_attn/$t & spids+=($!)
   done
   run_logged "$OUT/test/numeric.log" build/gpu/numeric & spids+=($!)
+  run_logged "$OUT/test/speculative.log" build/gpu/speculative & spids+=($!)
   run_logged "$OUT/test/abi.log" build/gpu/abi_static & spids+=($!)
   for p in "${spids[@]}"; do wait "$p" || rc=1; done
-  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 attention_policies numeric abi; do
+  for t in attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256 attention_policies numeric speculative abi; do
     say "$t: $(grep -E 'passed' "$OUT/test/$t.log" | tail -n 1) ($(tail -n 1 "$OUT/test/$t.log"))"
   done
   grep -h -A20 "error vs unquantized" "$OUT"/test/attention_*.log | grep -E "rel err vs|error vs" >> "$SUMMARY"
@@ -324,6 +368,8 @@ if want sanitize; then
     san $tool build/gpu/soak --small & spids+=($!)
     throttle
     san $tool build/gpu/numeric --host-stride 4096 & spids+=($!)
+    throttle
+    san $tool build/gpu/speculative & spids+=($!)
   done
   throttle
   san memcheck $C/block_codec_d128 --quick & spids+=($!)
@@ -376,6 +422,109 @@ if want jit80; then
     say "SKIP jit80 benchmark (deadline)"
   fi
   unset CUDA_FORCE_PTX_JIT
+fi
+
+# ---------------------------------------------------------------- attnjit
+ATTN_SUITE="attention attention_policies attention_fp8_d128 attention_fp16s_d128 attention_fp8_d64 attention_fp16s_d64 attention_fp8_d256 attention_fp16s_d256"
+if want attnjit; then
+  say "attnjit (the attention suite from compute_{${JIT_ARCHS:-80 86 89}} PTX, JIT-compiled by the driver)"
+  JD=${ATTN_JIT_DIR:-build/jit-attn}
+  mkdir -p "$OUT/attnjit"
+  if [ -z "${ATTN_JIT_PREBUILT:-}" ]; then
+    pids=()
+    for a in ${JIT_ARCHS:-80 86 89}; do
+      mkdir -p "$JD/jit$a"
+      for t in $ATTN_SUITE; do
+        FLAGS="${FLAGS/-gencode=arch=compute_90a,code=sm_90a/-gencode=arch=compute_$a,code=compute_$a} --compress-mode=none" \
+          nv "$JD/jit$a/$t" "tests/device/$t.cu" > "$OUT/attnjit/build_${a}_$t.log" 2>&1 & pids+=($!)
+      done
+      [ "$a" = 80 ] && { FLAGS="${FLAGS/-gencode=arch=compute_90a,code=sm_90a/-gencode=arch=compute_80,code=compute_80} --compress-mode=none" \
+        nv "$JD/jit80/bench_attention" bench/device/attention.cu > "$OUT/attnjit/build_80_bench.log" 2>&1 & pids+=($!); }
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    cat "$OUT"/attnjit/build_*.log | grep -E "^built|error" | tee -a "$SUMMARY"
+  fi
+  if [ -z "${ATTN_JIT_BUILD_ONLY:-}" ]; then
+    export CUDA_FORCE_PTX_JIT=1 CUDA_CACHE_PATH=/tmp/kvtile-jit-cache CUDA_CACHE_MAXSIZE=4294967296
+    jpids=()
+    # the benchmark's PTX is JIT-compiled (and cached for the bench stage) meanwhile: no row matches --shape warm
+    [ -n "${JIT_BENCH:-}" ] && { "$JD/jit80/bench_attention" --shape warm > "$OUT/attnjit/bench80_warm.log" 2>&1 & jpids+=($!); }
+    for a in ${JIT_ARCHS:-80 86 89}; do
+      for t in $ATTN_SUITE; do
+        (s=$SECONDS; run_logged "$OUT/attnjit/${a}_$t.log" "$JD/jit$a/$t"; r=$?
+         echo "wall $((SECONDS - s)) s (JIT included)" >> "$OUT/attnjit/${a}_$t.log"; exit $r) & jpids+=($!)
+      done
+    done
+    for p in "${jpids[@]}"; do wait "$p" || rc=1; done
+    for a in ${JIT_ARCHS:-80 86 89}; do
+      for t in $ATTN_SUITE; do
+        say "jit$a $t: $(grep -E 'passed|PASS|FAIL' "$OUT/attnjit/${a}_$t.log" | tail -n 1) ($(tail -n 2 "$OUT/attnjit/${a}_$t.log" | tr '\n' ' '))"
+      done
+    done
+    grep -h "policy" "$OUT"/attnjit/80_attention.log | head -5 >> "$SUMMARY"
+    sj=()
+    jsan=${JIT_SAN:-$(for t in $ATTN_SUITE; do echo "80:$t"; done) 86:attention 86:attention_policies 89:attention 89:attention_policies}
+    for at in $jsan; do
+      a=${at%%:*} t=${at#*:}
+      for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
+        while (( $(jobs -rp | wc -l) >= ${SAN_JOBS:-12} )); do wait -n; done
+        ( log="$OUT/attnjit/san_${tool}_${a}_$t.log"
+          timeout "${SAN_TIMEOUT:-240}" "$CS" --tool "$tool" --error-exitcode 9 "$JD/jit$a/$t" --small > "$log" 2>&1
+          echo "exit $?" >> "$log" ) & sj+=($!)
+      done
+    done
+    for p in "${sj[@]}"; do wait "$p"; done
+    for f in "$OUT"/attnjit/san_*.log; do
+      s=$(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$f" | tail -n 1)
+      e=$(tail -n 1 "$f")
+      printf '%-50s %-45s %s\n' "$(basename "$f" .log)" "${s:-no summary}" "$e" | tee -a "$SUMMARY"
+      [ "$e" = "exit 0" ] || rc=1
+    done
+    unset CUDA_FORCE_PTX_JIT
+  fi
+fi
+
+# ---------------------------------------------------------------- python
+if want python; then
+  say "python (fresh copy, pip install, pytest)"
+  mkdir -p "$OUT/python"
+  F=/tmp/kvtile-fresh
+  TL=${TINYLM:-$(cd .. && pwd)/shared/data/tinylm-model}
+  rm -rf "$F" && mkdir -p "$F"
+  if [ -d .git ]; then git ls-files -z | xargs -0 cp --parents -t "$F"; else
+    tar --exclude=./build --exclude='./build_*' --exclude=./.deps --exclude='./python/kvtile/*.so' -cf - . | tar -xf - -C "$F"; fi
+  ( cd "$F" && s=$SECONDS && KVTILE_CUDA_ARCHS=${KVTILE_CUDA_ARCHS:-90a-real} MAX_JOBS=${MAX_JOBS:-16} \
+      python3 -m pip install --no-build-isolation ./python > "$OUT/python/pip.log" 2>&1; r=$?
+    echo "pip install: exit $r, $((SECONDS - s)) s" | tee -a "$SUMMARY"; exit $r ) & ppid=$!
+  cpid=
+  if [ -n "${CTEST_TARGETS-x}" ]; then
+    CT=${CTEST_TARGETS:-kvtile_device_paged_cache kvtile_device_soak kvtile_ops_c99_test}
+    ( s=$SECONDS
+      cmake --preset gpu -DKVTILE_CUDA_ARCHITECTURES=90a-real -DKVTILE_BUILD_BENCH=OFF -DKVTILE_BUILD_TOOLS=OFF \
+        > "$OUT/python/cmake.log" 2>&1 &&
+        cmake --build build/gpu -j 8 --target $CT >> "$OUT/python/cmake.log" 2>&1; r=$?
+      echo "cmake build ($CT): exit $r, $((SECONDS - s)) s" | tee -a "$SUMMARY"; exit $r ) & cpid=$!
+  fi
+  wait $ppid || rc=1
+  ( cd "$F" && KVTILE_TEST_PACKAGE=installed KVTILE_TINYLM=$TL \
+      timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -rs -q -p no:cacheprovider tests/python > "$OUT/python/pytest.log" 2>&1
+    echo "exit $?" >> "$OUT/python/pytest.log" )
+  tail -n 2 "$OUT/python/pytest.log" | tee -a "$SUMMARY"
+  grep -E "^SKIPPED|FAILED|ERROR" "$OUT/python/pytest.log" | head -20 >> "$SUMMARY"
+  [ "$(tail -n 1 "$OUT/python/pytest.log")" = "exit 0" ] || rc=1
+  if [ -n "$cpid" ]; then
+    wait $cpid || rc=1
+    ( cd build/gpu && timeout 300 ctest --output-on-failure -R "${CTEST_REGEX:-device/paged_cache|device/soak|ops/c99}" \
+        > "$OUT/python/ctest.log" 2>&1; echo "exit $?" >> "$OUT/python/ctest.log" )
+    grep -E "tests passed|tests failed|Test +#" "$OUT/python/ctest.log" | tee -a "$SUMMARY"
+    [ "$(tail -n 1 "$OUT/python/ctest.log")" = "exit 0" ] || rc=1
+  fi
+  if [ -n "${SPEC_BENCH:-}" ] && (( SECONDS - T0 < DEADLINE )); then
+    ( cd "$F" && PYTHONUNBUFFERED=1 timeout ${SPEC_TIMEOUT:-240} python3 examples/torch/spec_bench.py \
+        --model "$TL" --json "$OUT/spec_bench.json" --md "$OUT/spec_bench.md" \
+        > "$OUT/python/spec_bench.log" 2>&1; echo "exit $?" >> "$OUT/python/spec_bench.log" )
+    tail -n 3 "$OUT/python/spec_bench.log" | tee -a "$SUMMARY"
+  fi
 fi
 
 say "done rc=$rc"

@@ -251,11 +251,34 @@ double fp16_baseline(const shape& s) {
 // done before the step), and with one_call also the one-call paged_decode.
 // Units of 8 query rows (each record read once per 8 query heads), and the
 // 16-row kernel with two stages per ring: comparisons for groups of 16.
-struct rows8_policy : attention::decode_policy_sm90 {
+// (chains over every architecture's policy, like the default: they run from compute_80 PTX too)
+template <class P>
+struct rows8 : P {
   static constexpr int max_unit_rows = 8;
 };
-struct wide2_policy : attention::decode_policy_sm90 {
+template <class P>
+struct wide2 : P {
   static constexpr int wide_stages = 2;
+};
+template <template <class> class T>
+using every_arch = attention::decode_policies<T<attention::decode_policy_sm90>, T<attention::decode_policy_sm120>,
+                                              T<attention::decode_policy_sm80>, T<attention::decode_policy_sm86>>;
+using rows8_policy = every_arch<rows8>;
+using wide2_policy = every_arch<wide2>;
+// Tuning of the smaller budgets (--policies, at 16 x 64K and ragged32): stage-pool warps, and the
+// 163 KB budget with bulk copies (what the cp.async load path costs at the same shared memory).
+struct sm80_w9_policy : attention::decode_policy_sm80 {
+  static constexpr int pool_warps = 9;
+};
+struct sm80_w10_policy : attention::decode_policy_sm80 {
+  static constexpr int pool_warps = 10;
+};
+struct sm80_bulk_policy : attention::decode_policy_sm80 {
+  static constexpr bool bulk_copies = true;  // (sm_90+ images; below sm_90 the cp.async path regardless)
+};
+static_assert(sm80_bulk_policy::bulk_copies, "the 163 KB budget with bulk copies");
+struct sm86_w4_policy : attention::decode_policy_sm86 {
+  static constexpr int pool_warps = 4;
 };
 
 // mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr).
@@ -408,7 +431,7 @@ int main(int argc, char** argv) {
   }
   const char* json = nullptr;
   bool quick = false;  // --quick: fp16 baseline and k4v2_g128 only (compile-time variant comparisons)
-  bool policies = false;  // --policies: also k4v2_g128 D = 128 under each forced non-Hopper policy
+  bool policies = false;  // --policies: also k4v2_g128 D = 128 under each forced non-Hopper policy (and tunings)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--policies")) policies = true;
@@ -477,6 +500,12 @@ int main(int argc, char** argv) {
         quant_run<k4v2_g128<128>, half_t, attention::forced<attention::decode_policy_sm86>>("k4v2_g128_sm86", s, f, false);
         quant_run<k4v2_g128<128>, half_t, attention::forced<attention::decode_policy_sm120>>("k4v2_g128_sm120", s, f,
                                                                                                false);
+        if ((s.B == 16 && s.L == 65536) || s.name == "ragged32") {
+          quant_run<k4v2_g128<128>, half_t, attention::forced<sm80_w9_policy>>("k4v2_g128_sm80_w9", s, f, false);
+          quant_run<k4v2_g128<128>, half_t, attention::forced<sm80_w10_policy>>("k4v2_g128_sm80_w10", s, f, false);
+          quant_run<k4v2_g128<128>, half_t, attention::forced<sm80_bulk_policy>>("k4v2_g128_sm80_bulk", s, f, false);
+          quant_run<k4v2_g128<128>, half_t, attention::forced<sm86_w4_policy>>("k4v2_g128_sm86_w4", s, f, false);
+        }
       }
       if (s.Hq == 16 * s.Hkv) {
         quant_run<k4v2_g128<128>, half_t, rows8_policy>("k4v2_g128_rows8", s, f, false);

@@ -2,6 +2,7 @@
 """bench/device/attention_report.py: one JSON + Markdown summary of a decode-attention run.
 
 Usage: python3 bench/device/attention_report.py --attention attention.json [--sdpa sdpa.json]
+           [--jit80 attention_jit80.json] [--previous attention_old.json --previous-name REV]
            --date D --gpu "..." --command "..." --out PREFIX
 
 Reads the JSON written by bench/device/attention.cu (--json) and by sdpa_bench.py
@@ -9,6 +10,11 @@ Reads the JSON written by bench/device/attention.cu (--json) and by sdpa_bench.p
 shape with kvtile (plan/run and one-call), kvtile's fp16 kernel and PyTorch SDPA
 (best of cuDNN and flash), the fraction of the same-run read ceiling and the
 speedups; then every other kernel of the run, and the issue's targets checked.
+With rows of forced policies (bench_attention --policies: k4v2_g128_sm80 / _sm86 /
+_sm120), --jit80 (bench_attention built as compute_80 PTX only and run with
+CUDA_FORCE_PTX_JIT=1: the policy the PTX selects) and --previous (another
+build's bench_attention, same call) an "Architectures" section compares each
+with the Hopper policy row by row.
 """
 import argparse
 import json
@@ -34,6 +40,59 @@ def sdpa_variant(kernel):
     return ""
 
 
+def architectures(by_shape, prev_name, have_jit):
+    """The per-architecture policies against the Hopper policy (k4v2_g128, D = 128), row by row."""
+    cols = [("k4v2_g128_previous", f"{prev_name} (same call)"), ("k4v2_g128_jit80", "sm80 from compute_80 PTX (JIT)"),
+            ("k4v2_g128_sm80", "sm80 forced (163 KB, cp.async)"), ("k4v2_g128_sm86", "sm86 forced (99 KB, cp.async)"),
+            ("k4v2_g128_sm120", "sm120 forced (99 KB, bulk)")]
+    cols = [c for c in cols if any(c[0] in rows for rows in by_shape.values())]
+    if not cols:
+        return []
+    L = ["", "## Architectures (issue 28)", "",
+         "k4v2_g128 (fp8_scales), D = 128, plan/run; each cell: us, % of the read ceiling, time / Hopper policy's. "
+         "Forced = `attention::forced<decode_policy_smXX>` on this GPU (the shared memory and load path that GPU "
+         "would get, this GPU's SMs, clocks and bandwidth)" + ("; JIT = bench_attention built as compute_80 PTX "
+                                                              "only, run with CUDA_FORCE_PTX_JIT=1" if have_jit else ""),
+         "", "| shape | Hopper policy | " + " | ".join(n for _, n in cols) + " |",
+         "|---|---:|" + "---:|" * len(cols)]
+    worst = {c: (0, None) for c, _ in cols}
+    for k, rows in by_shape.items():
+        q = rows.get("k4v2_g128")
+        if not q or not any(c in rows for c, _ in cols):
+            continue
+        cells = []
+        for c, _ in cols:
+            r = rows.get(c)
+            if not r:
+                cells.append("-")
+                continue
+            x = r["us"] / q["us"]
+            if x > worst[c][0]:
+                worst[c] = (x, k)
+            cells.append(f"{r['us']:.1f} ({100 * r['ceiling_fraction']:.0f}%, {x:.2f}x)")
+        L.append(f"| {fmt_shape(k)} | {q['us']:.1f} ({100 * q['ceiling_fraction']:.1f}%) | " + " | ".join(cells) + " |")
+    L += ["", "Targets (issue 28):", ""]
+    big = by_shape.get((16, 32, 8, 128, 65536, "uniform"), {})
+    for c, n in cols:
+        x, k = worst[c]
+        if k is None:
+            continue
+        if c == "k4v2_g128_previous":
+            faster = max(rows["k4v2_g128"]["us"] / rows[c]["us"] for rows in by_shape.values() if c in rows)
+            L.append(f"- Hopper policy against {prev_name}: at most {faster:.3f}x its time on any row (target <= 1.0: "
+                     f"{'met' if faster <= 1.0 else 'NOT met'})")
+            continue
+        line = f"- {n}: at most {x:.2f}x the Hopper policy's time (at {fmt_shape(k)}; target <= 1.10: " \
+               f"{'met' if x <= 1.10 else 'NOT met'})"
+        if c in big:
+            f = big[c]["ceiling_fraction"]
+            line += f"; (16, 32, 8, 128, 64K) at {100 * f:.1f}% of the read ceiling" + \
+                (f" (target 80%: {'met' if f >= 0.80 else 'NOT met'})" if c in ("k4v2_g128_jit80", "k4v2_g128_sm86")
+                 else "")
+        L.append(line)
+    return L
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attention", required=True)
@@ -42,15 +101,29 @@ def main():
     ap.add_argument("--gpu", required=True)
     ap.add_argument("--command", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--jit80")
+    ap.add_argument("--previous")
+    ap.add_argument("--previous-name", default="previous")
     a = ap.parse_args()
     att = json.load(open(a.attention))
     sdpa = json.load(open(a.sdpa)) if a.sdpa else None
-    json.dump(dict(date=a.date, gpu=a.gpu, command=a.command, kvtile=att, sdpa=sdpa), open(a.out + ".json", "w"),
-              indent=1)
+    jit80 = json.load(open(a.jit80)) if a.jit80 else None
+    prev = json.load(open(a.previous)) if a.previous else None
+    if prev and "kvtile" in prev:  # a report of this script
+        prev = prev["kvtile"]
+    json.dump(dict(date=a.date, gpu=a.gpu, command=a.command, kvtile=att, sdpa=sdpa, kvtile_jit80=jit80,
+                   kvtile_previous=dict(revision=a.previous_name, run=prev) if prev else None),
+              open(a.out + ".json", "w"), indent=1)
     ceiling = att["read_ceiling_gbs"]
     by_shape = {}
     for r in att["results"]:
         by_shape.setdefault(shape_key(r), {})[r["kernel"]] = r
+    # rows of the other runs of the call, renamed; their ceiling fraction against this run's ceiling
+    for run, suffix in ((jit80, "_jit80"), (prev, "_previous")):
+        for r in (run or {}).get("results", []):
+            if r["kernel"] == "k4v2_g128" and shape_key(r) in by_shape:
+                by_shape[shape_key(r)]["k4v2_g128" + suffix] = dict(r, kernel="k4v2_g128" + suffix,
+                                                                    ceiling_fraction=r["gbs"] / ceiling)
     best_sdpa = {}
     if sdpa:
         for r in sdpa["results"]:
@@ -89,8 +162,9 @@ def main():
                  f"{one['us']:.1f} | {f16['us']:.1f} | " if one and f16 else f"| {fmt_shape(k)} | {q['us']:.1f} | - | - | - | ")
         L[-1] += (f"{s['us']:.1f} ({s['backend']}) | {vs} | " if s else "- | - | ") + \
             f"{q['speedup_vs_fp16_baseline']:.2f}x | {q['chunks']} |"
+    arch_rows = ("k4v2_g128_sm80", "k4v2_g128_sm86", "k4v2_g128_sm120", "k4v2_g128_jit80", "k4v2_g128_previous")
     others = [(k, n, r) for k, rows in by_shape.items() for n, r in rows.items()
-              if n not in ("k4v2_g128", "k4v2_g128_onecall", "fp16_baseline")]
+              if n not in ("k4v2_g128", "k4v2_g128_onecall", "fp16_baseline") + arch_rows]
     if others:
         L += ["", "Other presets and options (same run):", "",
               "| shape | kernel | us | % ceiling | vs fp16 | vs SDPA |", "|---|---|---:|---:|---:|---:|"]
@@ -100,6 +174,7 @@ def main():
                      f"{r['speedup_vs_fp16_baseline']:.2f}x | {s['us'] / r['us']:.2f}x |" if s else
                      f"| {fmt_shape(k)} | {n} | {r['us']:.1f} | {100 * r['ceiling_fraction']:.1f}% | "
                      f"{r['speedup_vs_fp16_baseline']:.2f}x | - |")
+    L += architectures(by_shape, a.previous_name, jit80 is not None)
     L += ["", "## Targets (issue 13)", ""]
     if uniform_speedups:
         g = math.exp(sum(math.log(x) for _, x in uniform_speedups) / len(uniform_speedups))

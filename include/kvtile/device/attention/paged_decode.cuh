@@ -138,8 +138,10 @@ using decode_policy = decode_policies<decode_policy_sm90, decode_policy_sm120, d
 
 // Policy P compiled for every target and selected on any device whose opt-in
 // shared memory holds it: runs another GPU's configuration on the GPU at hand
-// (tests and benchmarks, e.g. forced<decode_policy_sm86> on an H200 runs the
-// 99 KB kernels with bulk copies, or with cp.async from compute_80 PTX).
+// (tests and benchmarks: on an H200 forced<decode_policy_sm86> runs the 99 KB
+// kernels with their cp.async load path, forced<decode_policy_sm120> the 99 KB
+// kernels with bulk copies; from compute_80/86/89 PTX every policy loads with
+// cp.async).
 template <class P>
 struct forced : P {
   static constexpr int min_arch = 0;
