@@ -251,7 +251,7 @@ double fp16_baseline(const shape& s) {
 // done before the step), and with one_call also the one-call paged_decode.
 // Units of 8 query rows (each record read once per 8 query heads), and the
 // 16-row kernel with two stages per ring: comparisons for groups of 16.
-// (chains over every architecture's policy, like the default: they run from compute_80 PTX too)
+// (decode_policy_with: chains over every architecture's policy, like the default, so they run from compute_80 PTX too)
 template <class P>
 struct rows8 : P {
   static constexpr int max_unit_rows = 8;
@@ -260,11 +260,8 @@ template <class P>
 struct wide2 : P {
   static constexpr int wide_stages = 2;
 };
-template <template <class> class T>
-using every_arch = attention::decode_policies<T<attention::decode_policy_sm90>, T<attention::decode_policy_sm120>,
-                                              T<attention::decode_policy_sm80>, T<attention::decode_policy_sm86>>;
-using rows8_policy = every_arch<rows8>;
-using wide2_policy = every_arch<wide2>;
+using rows8_policy = attention::decode_policy_with<rows8>;
+using wide2_policy = attention::decode_policy_with<wide2>;
 // Tuning of the smaller budgets (--policies, at 16 x 64K and ragged32): stage-pool warps, and the
 // 163 KB budget with bulk copies (what the cp.async load path costs at the same shared memory).
 struct sm80_w9_policy : attention::decode_policy_sm80 {

@@ -365,14 +365,13 @@ void api_case() {
 
 // Units of 8 query rows (each record read once per 8 rows): the kernels of
 // the default policy before the 16-row units, for comparisons.
-// A chain over every architecture's policy, like the default, so the case runs
-// wherever the default does (compute_80 PTX selects rows8<decode_policy_sm80>).
+// decode_policy_with: a chain over every architecture's policy, like the
+// default, so the case runs wherever the default does (compute_80 PTX selects rows8<decode_policy_sm80>).
 template <class P>
 struct rows8 : P {
   static constexpr int max_unit_rows = 8;
 };
-using rows8_policy = attention::decode_policies<rows8<attention::decode_policy_sm90>, rows8<attention::decode_policy_sm120>,
-                                                rows8<attention::decode_policy_sm80>, rows8<attention::decode_policy_sm86>>;
+using rows8_policy = attention::decode_policy_with<rows8>;
 
 // Groups of more than 8 query heads: 16 query rows per unit (two n-blocks of a
 // ring's two warps) give the results of 8-row units up to fp32 merge rounding.

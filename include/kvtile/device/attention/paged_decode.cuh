@@ -135,6 +135,11 @@ struct decode_policies {
 };
 // The default: every GPU from compute capability 8.0 on.
 using decode_policy = decode_policies<decode_policy_sm90, decode_policy_sm120, decode_policy_sm80, decode_policy_sm86>;
+// The default chain with every policy P replaced by T<P>: a tuning variant
+// (say, another unit size) that runs wherever the default does.
+template <template <class> class T>
+using decode_policy_with = decode_policies<T<decode_policy_sm90>, T<decode_policy_sm120>, T<decode_policy_sm80>,
+                                           T<decode_policy_sm86>>;
 
 // Policy P compiled for every target and selected on any device whose opt-in
 // shared memory holds it: runs another GPU's configuration on the GPU at hand
