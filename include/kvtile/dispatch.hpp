@@ -6,9 +6,10 @@
 //     ...
 //   });
 //
-// The instantiated set is explicit and small: the named presets' shapes
-// (G=128: k4v2, k4v4, k2v2, k8v8; G=64: k4v2, k4v4) x head_dim {64, 128, 256}
-// x packing x method. Anything else returns a status, never calls f.
+// The instantiated set is explicit and small: the preset table's shapes
+// (presets::shapes: G=128: k4v2, k4v4, k2v2, k8v8; G=64: k4v2, k4v4) x
+// head_dims {64, 128, 256} x packing x method. Anything else returns
+// a status, never calls f.
 #pragma once
 
 #include "config.hpp"
@@ -55,16 +56,12 @@ struct codec_tag {
 
 // Which status dispatch() would return for p (success if supported).
 constexpr status check(const codec_params& p) noexcept {
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return status::unsupported_head_dim;
-  // tile_config supports G in {32, 64, 128, 256}; presets (and so dispatch) use 64 and 128.
-  if (p.tile_tokens != 64 && p.tile_tokens != 128) return status::unsupported_tile_tokens;
-  auto valid_bits = [](int b) { return b == 2 || b == 4 || b == 8; };
-  if (!valid_bits(p.key_bits) || !valid_bits(p.value_bits)) return status::unsupported_bits;
-  const int kb = p.key_bits, vb = p.value_bits;
-  const bool shape_ok = p.tile_tokens == 128
-                            ? ((kb == 4 && (vb == 2 || vb == 4)) || (kb == 2 && vb == 2) || (kb == 8 && vb == 8))
-                            : (kb == 4 && (vb == 2 || vb == 4));
-  if (!shape_ok) return status::unsupported_bits;
+  if (!is_head_dim(p.head_dim)) return status::unsupported_head_dim;
+  // tile_config supports G in {32, 64, 128, 256}; the table (and so dispatch) uses some of them.
+  bool tile_ok = false;
+  for (const presets::shape& sh : presets::shapes) tile_ok = tile_ok || sh.tile_tokens == p.tile_tokens;
+  if (!tile_ok) return status::unsupported_tile_tokens;
+  if (presets::find_shape(p.tile_tokens, p.key_bits, p.value_bits) < 0) return status::unsupported_bits;
   if (p.pack != packing::fp8_scales && p.pack != packing::fp16_scales) return status::invalid_argument;
   if (p.algo != method::kvarn && p.algo != method::kivi && p.algo != method::rotate_rtn) return status::invalid_argument;
   return status::success;
@@ -79,36 +76,34 @@ void call_method(method m, F& f) {
     case method::rotate_rtn: f(codec_tag<presets::rotate_rtn<D, G, KB, VB, Packer>>{}); break;
   }
 }
-template <int D, int G, int KB, int VB, class F>
+template <int D, int I, class F>
 void call_packing(const codec_params& p, F& f) {
+  constexpr presets::shape sh = presets::shapes[I];
   if (p.pack == packing::fp8_scales)
-    call_method<D, G, KB, VB, fp8_scales>(p.algo, f);
+    call_method<D, sh.tile_tokens, sh.key_bits, sh.value_bits, fp8_scales>(p.algo, f);
   else
-    call_method<D, G, KB, VB, fp16_scales>(p.algo, f);
+    call_method<D, sh.tile_tokens, sh.key_bits, sh.value_bits, fp16_scales>(p.algo, f);
 }
-template <int D, class F>
-void call_shape(const codec_params& p, F& f) {
-  const int kb = p.key_bits, vb = p.value_bits;
-  if (p.tile_tokens == 128) {
-    if (kb == 4 && vb == 2) call_packing<D, 128, 4, 2>(p, f);
-    else if (kb == 4 && vb == 4) call_packing<D, 128, 4, 4>(p, f);
-    else if (kb == 2 && vb == 2) call_packing<D, 128, 2, 2>(p, f);
-    else call_packing<D, 128, 8, 8>(p, f);
-  } else {
-    if (vb == 2) call_packing<D, 64, 4, 2>(p, f);
-    else call_packing<D, 64, 4, 4>(p, f);
-  }
+template <int D, class F, int... I>
+void call_shape(const codec_params& p, F& f, std::integer_sequence<int, I...>) {
+  const int index = presets::find_shape(p.tile_tokens, p.key_bits, p.value_bits);
+  ((index == I ? call_packing<D, I>(p, f) : void()), ...);
+}
+template <class F, int... H>
+void call_head_dim(const codec_params& p, F& f, std::integer_sequence<int, H...>) {
+  ((p.head_dim == head_dims[H]
+        ? call_shape<head_dims[H]>(p, f, std::make_integer_sequence<int, presets::num_shapes>{})
+        : void()),
+   ...);
 }
 }  // namespace detail
 
+// Calls f(codec_tag<Codec>{}) once, for the codec of p; returns check(p)
+// without calling f if p is not in the instantiated set.
 template <class F>
 status dispatch(const codec_params& p, F&& f) {
   if (status s = check(p); s != status::success) return s;
-  switch (p.head_dim) {
-    case 64: detail::call_shape<64>(p, f); break;
-    case 128: detail::call_shape<128>(p, f); break;
-    default: detail::call_shape<256>(p, f); break;
-  }
+  detail::call_head_dim(p, f, std::make_integer_sequence<int, num_head_dims>{});
   return status::success;
 }
 

@@ -12,12 +12,22 @@ constexpr bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 constexpr int log2i(int v) { return v <= 1 ? 0 : 1 + log2i(v / 2); }
 }  // namespace detail
 
+// The head_dims every codec, kernel and binding supports (the codec's
+// Hadamard sizes and the attention kernels' shapes): one list for all layers.
+inline constexpr int head_dims[] = {64, 128, 256};
+inline constexpr int num_head_dims = static_cast<int>(sizeof(head_dims) / sizeof(head_dims[0]));
+constexpr bool is_head_dim(int d) noexcept {
+  for (int h : head_dims)
+    if (h == d) return true;
+  return false;
+}
+
 // One tile: one KV head x TileTokens consecutive tokens, HeadDim channels.
 // Keys are quantized per channel (rows of XK[D x G]) with KeyBits, values per
 // token (rows of XV[G x D]) with ValueBits.
 template <int HeadDim, int TileTokens, int KeyBits, int ValueBits>
 struct tile_config {
-  static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256, "head_dim must be 64, 128 or 256");
+  static_assert(is_head_dim(HeadDim), "head_dim must be 64, 128 or 256 (head_dims)");
   static_assert(TileTokens == 32 || TileTokens == 64 || TileTokens == 128 || TileTokens == 256,
                 "tile tokens must be 32, 64, 128 or 256");
   static_assert(KeyBits == 2 || KeyBits == 4 || KeyBits == 8, "key bits must be 2, 4 or 8");

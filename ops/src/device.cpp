@@ -10,9 +10,7 @@
 
 namespace kvtile_ops {
 
-// The instantiated device set: the default preset at every head_dim, the
-// other two at head_dim 128 (each entry is one CUDA translation unit,
-// device_<preset>_d<D>.cu; an entry costs about 1.5 min of nvcc on one core).
+// The device tables, in the order of device_instances (ops_internal.hpp).
 extern const device_table table_k4v2_g128_d64;
 extern const device_table table_k4v2_g128_d128;
 extern const device_table table_k4v2_g128_d256;
@@ -20,14 +18,14 @@ extern const device_table table_k4v4_g128_d128;
 extern const device_table table_k2v2_g128_d128;
 
 const device_table* find_device_table(int preset, int head_dim) {
-  static const device_table* const tables[KVTILE_OPS_NUM_PRESETS][3] = {
-      {&table_k4v2_g128_d64, &table_k4v2_g128_d128, &table_k4v2_g128_d256},
-      {nullptr, &table_k4v4_g128_d128, nullptr},
-      {nullptr, &table_k2v2_g128_d128, nullptr},
-  };
-  if (preset < 0 || preset >= KVTILE_OPS_NUM_PRESETS) return nullptr;
-  const int d = head_dim == 64 ? 0 : head_dim == 128 ? 1 : head_dim == 256 ? 2 : -1;
-  return d < 0 ? nullptr : tables[preset][d];
+  static const device_table* const tables[] = {&table_k4v2_g128_d64, &table_k4v2_g128_d128, &table_k4v2_g128_d256,
+                                               &table_k4v4_g128_d128, &table_k2v2_g128_d128};
+  static_assert(sizeof(tables) / sizeof(tables[0]) == num_device_instances, "one table per device instance");
+  const int i = device_instance_index(preset, head_dim);
+  if (i < 0) return nullptr;
+  const device_table* t = tables[i];
+  // Each table names its instance (KVTILE_OPS_DEVICE_TABLE): a list out of order fails here, in every test.
+  return t->preset == preset && t->head_dim == head_dim ? t : nullptr;
 }
 
 namespace {
@@ -38,16 +36,13 @@ const device_table* table_for(const kvtile_ops_cache* c, const char* function, i
     return nullptr;
   }
   if (c->preset < 0 || c->preset >= KVTILE_OPS_NUM_PRESETS) {
-    *code = fail(KVTILE_OPS_UNSUPPORTED_PRESET, "%s: preset %d is not 0 (k4v2_g128), 1 (k4v4_g128) or 2 (k2v2_g128)",
-                 function, c->preset);
+    *code = fail(KVTILE_OPS_UNSUPPORTED_PRESET, "%s: preset %d is not %s", function, c->preset, preset_choices());
     return nullptr;
   }
   const device_table* t = find_device_table(c->preset, c->head_dim);
   if (!t)
-    *code = fail(KVTILE_OPS_UNSUPPORTED_HEAD_DIM,
-                 "%s: preset %s has no device instantiation for head_dim %d (built: k4v2_g128 at 64, 128, 256; "
-                 "k4v4_g128 and k2v2_g128 at 128)",
-                 function, kvtile_ops_preset_name(c->preset), c->head_dim);
+    *code = fail(KVTILE_OPS_UNSUPPORTED_HEAD_DIM, "%s: preset %s has no device instantiation for head_dim %d (built: %s)",
+                 function, kvtile_ops_preset_name(c->preset), c->head_dim, device_instance_list());
   return t;
 }
 }  // namespace

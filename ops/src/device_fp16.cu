@@ -25,17 +25,6 @@ kvtile::fp16_paged_cache_view make_fp16_view(const kvtile_ops_fp16_cache& c) {
   return v;
 }
 
-template <class F>
-int with_dim(int head_dim, const char* function, F&& f) {
-  switch (head_dim) {
-    case 64: return f(std::integral_constant<int, 64>{});
-    case 128: return f(std::integral_constant<int, 128>{});
-    case 256: return f(std::integral_constant<int, 256>{});
-    default:
-      return kvtile_ops::fail(KVTILE_OPS_UNSUPPORTED_HEAD_DIM, "%s: head_dim %d is not 64, 128 or 256", function,
-                              head_dim);
-  }
-}
 
 using kvtile_ops::launch_result;
 using kvtile_ops::with_args;
@@ -43,7 +32,7 @@ using kvtile_ops::with_args;
 // One decode step over the fp16 cache (params checked; head_dim checked here).
 int launch_fp16_decode(const kvtile_ops_fp16_cache& cache, const kvtile_ops_decode_params& p, kvtile_ops_stream stream,
                        const char* fn) {
-  return with_dim(cache.head_dim, fn, [&](auto d) -> int {
+  return kvtile_ops::with_head_dim(cache.head_dim, fn, [&](auto d) -> int {
     return with_args(p, false, [&](const auto& a) {
       return launch_result(kvtile::attention::paged_decode_fp16<decltype(d)::value>(
                                make_fp16_view(cache), a, reinterpret_cast<cudaStream_t>(stream)),
@@ -96,7 +85,7 @@ int kvtile_ops_decode_plan_build_fp16(kvtile_ops_decode_plan* plan, const kvtile
   const long long capacity = static_cast<long long>(cache->max_pages_per_seq < 0 ? 0 : cache->max_pages_per_seq) *
                              kvtile_ops_fp16_page_tokens();
   if (int e = kvtile_ops::check_host_lens(host_seq_lens, cache->num_seqs, capacity, fn)) return e;
-  const int r = with_dim(cache->head_dim, fn, [&](auto d) -> int {
+  const int r = kvtile_ops::with_head_dim(cache->head_dim, fn, [&](auto d) -> int {
     auto* impl = static_cast<kvtile::attention::decode_plan*>(plan->impl);
     return with_args(*params, true, [&](const auto& a) {
       return launch_result(impl->template plan_fp16<decltype(d)::value>(make_fp16_view(*cache), host_seq_lens, a,
@@ -118,7 +107,7 @@ int kvtile_ops_decode_plan_run_fp16(const kvtile_ops_decode_plan* plan, const kv
   if (int e = kvtile_ops::check_against_plan(plan, true, -1, cache->head_dim, cache->kv_heads, cache->num_seqs,
                                              cache->max_pages_per_seq, *params, fn))
     return e;
-  return with_dim(cache->head_dim, fn, [&](auto d) -> int {
+  return kvtile_ops::with_head_dim(cache->head_dim, fn, [&](auto d) -> int {
     const auto* impl = static_cast<const kvtile::attention::decode_plan*>(plan->impl);
     return with_args(*params, false, [&](const auto& a) {
       return kvtile_ops::run_result(impl->template run_fp16<decltype(d)::value>(
@@ -136,7 +125,7 @@ int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache* cache, i
   if (q_heads <= 0 || cache->kv_heads <= 0 || q_heads % cache->kv_heads != 0 || num_splits < 0)
     return kvtile_ops::fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: q_heads %d must be a positive multiple of kv_heads %d",
                             fn, q_heads, cache->kv_heads);
-  return with_dim(cache->head_dim, fn, [&](auto d) {
+  return kvtile_ops::with_head_dim(cache->head_dim, fn, [&](auto d) {
     *bytes = kvtile::attention::workspace_bytes_fp16<decltype(d)::value>(make_fp16_view(*cache), q_heads, num_splits);
     return KVTILE_OPS_SUCCESS;
   });
@@ -148,7 +137,7 @@ int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, int q_dtype, cons
   const char* fn = "kvtile_ops_fp16_decode";
   if (!cache) return kvtile_ops::fail(KVTILE_OPS_NULL_POINTER, "%s: cache is NULL", fn);
   if (q_dtype != KVTILE_OPS_FP16 && q_dtype != KVTILE_OPS_BF16) {
-    if (int e = with_dim(cache->head_dim, fn, [](auto) { return 0; })) return e;  // head_dim is reported first
+    if (int e = kvtile_ops::with_head_dim(cache->head_dim, fn, [](auto) { return 0; })) return e;  // head_dim is reported first
     return kvtile_ops::fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "%s: queries must be fp16 or bf16 (dtype %d)", fn, q_dtype);
   }
   return launch_fp16_decode(

@@ -118,16 +118,19 @@ struct device_ops {
     });
   }
 
-  static constexpr device_table table{&prefill,          &append,  &dequantize_pages,
-                                      &decode_workspace_bytes, &decode, &decode_workspace_bytes_ex,
-                                      &decode_ex,        &plan,    &run};
+  template <int Preset, int D>
+  static constexpr device_table table{Preset,  D,     &prefill,  &append, &dequantize_pages, &decode_workspace_bytes,
+                                      &decode, &decode_workspace_bytes_ex, &decode_ex, &plan, &run};
 };
 
 }  // namespace kvtile_ops
 
 // Defines kvtile_ops::table_<name>_d<D>, the device_table of preset <name> at head_dim D.
-#define KVTILE_OPS_DEVICE_TABLE(name, preset_id, D)                                              \
-  namespace kvtile_ops {                                                                         \
-  extern const device_table table_##name##_d##D;                                                 \
-  const device_table table_##name##_d##D = device_ops<preset_codec<preset_id, D>::type>::table; \
+// (preset_id, D) must be one of device_instances, and name its preset's name.
+#define KVTILE_OPS_DEVICE_TABLE(name, preset_id, D)                                                              \
+  namespace kvtile_ops {                                                                                         \
+  static_assert(is_device_instance(#name, preset_id, D), "a device instance of ops_internal.hpp, named as its preset"); \
+  extern const device_table table_##name##_d##D;                                                                 \
+  const device_table table_##name##_d##D =                                                                       \
+      device_ops<preset_codec<preset_id, D>::type>::template table<preset_id, D>;                                 \
   }

@@ -13,25 +13,23 @@ extern const spec_table spec_table_k4v4_g128_d128;
 extern const spec_table spec_table_k2v2_g128_d128;
 
 namespace {
-// The instantiated set is the device set of device.cpp (find_device_table).
+// The instantiated set is device_instances (ops_internal.hpp), as device.cpp's.
 const spec_table* spec_table_for(const kvtile_ops_cache* c, const char* function, int* code) {
   if (!c) {
     *code = fail(KVTILE_OPS_NULL_POINTER, "%s: cache descriptor is NULL", function);
     return nullptr;
   }
-  static const spec_table* const tables[KVTILE_OPS_NUM_PRESETS][3] = {
-      {&spec_table_k4v2_g128_d64, &spec_table_k4v2_g128_d128, &spec_table_k4v2_g128_d256},
-      {nullptr, &spec_table_k4v4_g128_d128, nullptr},
-      {nullptr, &spec_table_k2v2_g128_d128, nullptr},
-  };
-  const int d = c->head_dim == 64 ? 0 : c->head_dim == 128 ? 1 : c->head_dim == 256 ? 2 : -1;
-  const spec_table* t = c->preset >= 0 && c->preset < KVTILE_OPS_NUM_PRESETS && d >= 0 ? tables[c->preset][d] : nullptr;
+  static const spec_table* const tables[] = {&spec_table_k4v2_g128_d64, &spec_table_k4v2_g128_d128,
+                                             &spec_table_k4v2_g128_d256, &spec_table_k4v4_g128_d128,
+                                             &spec_table_k2v2_g128_d128};  // device_instances' order
+  static_assert(sizeof(tables) / sizeof(tables[0]) == num_device_instances, "one table per device instance");
+  const int i = device_instance_index(c->preset, c->head_dim);
+  const spec_table* t = i >= 0 && tables[i]->preset == c->preset && tables[i]->head_dim == c->head_dim ? tables[i] : nullptr;
   if (!t)
     *code = fail(c->preset < 0 || c->preset >= KVTILE_OPS_NUM_PRESETS ? KVTILE_OPS_UNSUPPORTED_PRESET
                                                                       : KVTILE_OPS_UNSUPPORTED_HEAD_DIM,
-                 "%s: no device instantiation for preset %d at head_dim %d (built: k4v2_g128 at 64, 128, 256; "
-                 "k4v4_g128 and k2v2_g128 at 128)",
-                 function, c->preset, c->head_dim);
+                 "%s: no device instantiation for preset %d at head_dim %d (built: %s)", function, c->preset,
+                 c->head_dim, device_instance_list());
   return t;
 }
 }  // namespace

@@ -78,6 +78,45 @@ bool forget_plan(const void* plan) {
   return live_plans().erase(plan) == 1;
 }
 
+namespace {
+// "a, b or c" of n items written by item(i, out).
+template <class Item>
+std::string choice_list(int n, Item item, const char* last_sep = " or ") {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) out += i + 1 == n ? last_sep : ", ";
+    item(i, out);
+  }
+  return out;
+}
+}  // namespace
+
+const char* preset_choices() {
+  static const std::string text = choice_list(KVTILE_OPS_NUM_PRESETS, [](int i, std::string& out) {
+    out += std::to_string(i) + " (" + kvtile::presets::shapes[i].name + ")";
+  });
+  return text.c_str();
+}
+const char* head_dim_choices() {
+  static const std::string text =
+      choice_list(num_head_dims, [](int i, std::string& out) { out += std::to_string(kvtile::head_dims[i]); });
+  return text.c_str();
+}
+const char* device_instance_list() {
+  static const std::string text = [] {
+    std::string out;
+    for (int p = 0; p < KVTILE_OPS_NUM_PRESETS; ++p) {
+      std::string dims;
+      for (const device_instance& d : device_instances)
+        if (d.preset == p) dims += (dims.empty() ? "" : ", ") + std::to_string(d.head_dim);
+      if (dims.empty()) continue;
+      out += (out.empty() ? "" : "; ") + std::string(kvtile::presets::shapes[p].name) + " at " + dims;
+    }
+    return out;
+  }();
+  return text.c_str();
+}
+
 int from_status(kvtile::status s, const char* function) {
   if (s == kvtile::status::success) return KVTILE_OPS_SUCCESS;
   const int code = static_cast<int>(s);
@@ -195,12 +234,7 @@ const char* kvtile_ops_version(void) {
 }
 
 const char* kvtile_ops_preset_name(int preset) {
-  switch (preset) {
-    case KVTILE_OPS_K4V2_G128: return "k4v2_g128";
-    case KVTILE_OPS_K4V4_G128: return "k4v4_g128";
-    case KVTILE_OPS_K2V2_G128: return "k2v2_g128";
-    default: return nullptr;
-  }
+  return preset >= 0 && preset < KVTILE_OPS_NUM_PRESETS ? kvtile::presets::shapes[preset].name : nullptr;
 }
 
 int kvtile_ops_get_preset_info(int preset, int head_dim, kvtile_ops_preset_info* info) {
@@ -216,7 +250,7 @@ int kvtile_ops_get_preset_info(int preset, int head_dim, kvtile_ops_preset_info*
   });
 }
 
-int32_t kvtile_ops_fp16_page_tokens(void) { return 64; }
+int32_t kvtile_ops_fp16_page_tokens(void) { return kvtile::fp16_page_tokens; }
 
 int kvtile_ops_encode_tiles_host(int preset, int head_dim, int dtype, const void* keys, const void* values,
                                  int64_t num_tiles, void* records, int paged) {

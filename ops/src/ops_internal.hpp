@@ -5,13 +5,17 @@
 
 #include <kvtile/device/attention/decode_args.hpp>
 #include <kvtile/dispatch.hpp>
+#include <kvtile/paged/fp16_paged_cache.hpp>
 #include <kvtile/paged/paged_cache.hpp>
+#include <kvtile/paged/speculative.hpp>
 #include <kvtile/presets.hpp>
 #include <kvtile/status.hpp>
 
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "kvtile_ops.h"
 
@@ -22,43 +26,98 @@ __attribute__((format(printf, 2, 3))) int fail(int code, const char* fmt, ...);
 // Maps a kvtile::status to the ABI code, with a message naming the function on failure.
 int from_status(kvtile::status s, const char* function);
 
-// The instantiated presets: codec type of (preset, D).
+// The C ABI's preset ids are the positions of the first KVTILE_OPS_NUM_PRESETS
+// entries of the core's preset table (kvtile::presets::shapes); the C enum
+// mirrors them.
+static_assert(KVTILE_OPS_K4V2_G128 == kvtile::presets::find_shape("k4v2_g128") &&
+                  KVTILE_OPS_K4V4_G128 == kvtile::presets::find_shape("k4v4_g128") &&
+                  KVTILE_OPS_K2V2_G128 == kvtile::presets::find_shape("k2v2_g128") && KVTILE_OPS_NUM_PRESETS == 3 &&
+                  KVTILE_OPS_NUM_PRESETS <= kvtile::presets::num_shapes,
+              "the kvtile_ops_preset ids are the first entries of kvtile::presets::shapes");
+// The C header's constants mirror the core's (one definition each, there).
+static_assert(KVTILE_OPS_MAX_Q_TOKENS == kvtile::attention::max_q_tokens, "KVTILE_OPS_MAX_Q_TOKENS mirrors the core's");
+static_assert(KVTILE_OPS_MAX_DRAFT_TOKENS == kvtile::max_draft_tokens, "KVTILE_OPS_MAX_DRAFT_TOKENS mirrors the core's");
+static_assert(KVTILE_OPS_FLAG_BAD_DRAFTS == kvtile::device::paged_flag_bad_drafts, "KVTILE_OPS_FLAG_BAD_DRAFTS mirrors the core's");
+using kvtile::num_head_dims;
+
+// The codec type of (C ABI preset id, D).
 template <int Preset, int D>
-struct preset_codec;
-template <int D>
-struct preset_codec<KVTILE_OPS_K4V2_G128, D> {
-  using type = kvtile::presets::k4v2_g128<D>;
+struct preset_codec {
+  static_assert(Preset >= 0 && Preset < KVTILE_OPS_NUM_PRESETS, "a C ABI preset id");
+  using type = kvtile::presets::kvarn_shape<Preset, D>;
 };
-template <int D>
-struct preset_codec<KVTILE_OPS_K4V4_G128, D> {
-  using type = kvtile::presets::k4v4_g128<D>;
+
+// The device instantiated set: the default preset at every head_dim, the
+// other two at head_dim 128. Each entry is one CUDA translation unit of the
+// device functions (device_<preset>_d<D>.cu, KVTILE_OPS_DEVICE_TABLE) and one
+// of the draft / fork functions (device_spec_<preset>_d<D>.cu,
+// KVTILE_OPS_SPEC_TABLE); an entry costs about 1.5 min of nvcc on one core.
+struct device_instance {
+  int preset;
+  int head_dim;
 };
-template <int D>
-struct preset_codec<KVTILE_OPS_K2V2_G128, D> {
-  using type = kvtile::presets::k2v2_g128<D>;
-};
+inline constexpr device_instance device_instances[] = {
+    {KVTILE_OPS_K4V2_G128, 64}, {KVTILE_OPS_K4V2_G128, 128}, {KVTILE_OPS_K4V2_G128, 256},
+    {KVTILE_OPS_K4V4_G128, 128}, {KVTILE_OPS_K2V2_G128, 128}};
+inline constexpr int num_device_instances = static_cast<int>(sizeof(device_instances) / sizeof(device_instance));
+// Index in device_instances of (preset, head_dim), or -1.
+constexpr int device_instance_index(int preset, int head_dim) noexcept {
+  for (int i = 0; i < num_device_instances; ++i)
+    if (device_instances[i].preset == preset && device_instances[i].head_dim == head_dim) return i;
+  return -1;
+}
+// A CUDA translation unit's instance: listed, and named as the table names it.
+constexpr bool is_device_instance(const char* name, int preset, int head_dim) noexcept {
+  return device_instance_index(preset, head_dim) >= 0 && kvtile::presets::same_name(name, kvtile::presets::shapes[preset].name);
+}
+
+// Texts of the sets above for messages (host.cpp), made from the tables:
+// "0 (k4v2_g128), 1 (k4v4_g128) or 2 (k2v2_g128)", "64, 128 or 256",
+// "k4v2_g128 at 64, 128, 256; k4v4_g128 at 128; k2v2_g128 at 128".
+const char* preset_choices();
+const char* head_dim_choices();
+const char* device_instance_list();
+
+// f(std::integral_constant<int, I>{}) for each I.
+template <class F, int... I>
+void for_each_index(F& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+
+// Calls f(std::integral_constant<int, D>{}) for head_dim D of the table;
+// KVTILE_OPS_UNSUPPORTED_HEAD_DIM with a message naming function otherwise.
+template <class F>
+int with_head_dim(int head_dim, const char* function, F&& f) {
+  int result = KVTILE_OPS_UNSUPPORTED_HEAD_DIM;
+  bool found = false;
+  auto each = [&](auto index) {
+    constexpr int D = kvtile::head_dims[decltype(index)::value];
+    if (!found && head_dim == D) {
+      found = true;
+      result = f(std::integral_constant<int, D>{});
+    }
+  };
+  for_each_index(each, std::make_integer_sequence<int, num_head_dims>{});
+  if (!found) return fail(KVTILE_OPS_UNSUPPORTED_HEAD_DIM, "%s: head_dim %d is not %s", function, head_dim, head_dim_choices());
+  return result;
+}
 
 // Calls f(kvtile::codec_tag<Codec>{}) for (preset, head_dim); returns
 // KVTILE_OPS_UNSUPPORTED_PRESET / _HEAD_DIM (with a message) otherwise.
 template <class F>
 int with_codec(int preset, int head_dim, const char* function, F&& f) {
-  auto by_dim = [&](auto preset_c) -> int {
-    constexpr int P = decltype(preset_c)::value;
-    switch (head_dim) {
-      case 64: return f(kvtile::codec_tag<typename preset_codec<P, 64>::type>{});
-      case 128: return f(kvtile::codec_tag<typename preset_codec<P, 128>::type>{});
-      case 256: return f(kvtile::codec_tag<typename preset_codec<P, 256>::type>{});
-      default: return fail(KVTILE_OPS_UNSUPPORTED_HEAD_DIM, "%s: head_dim %d is not 64, 128 or 256", function, head_dim);
-    }
-  };
-  switch (preset) {
-    case KVTILE_OPS_K4V2_G128: return by_dim(std::integral_constant<int, KVTILE_OPS_K4V2_G128>{});
-    case KVTILE_OPS_K4V4_G128: return by_dim(std::integral_constant<int, KVTILE_OPS_K4V4_G128>{});
-    case KVTILE_OPS_K2V2_G128: return by_dim(std::integral_constant<int, KVTILE_OPS_K2V2_G128>{});
-    default:
-      return fail(KVTILE_OPS_UNSUPPORTED_PRESET, "%s: preset %d is not one of 0 (k4v2_g128), 1 (k4v4_g128), 2 (k2v2_g128)",
-                  function, preset);
-  }
+  if (preset < 0 || preset >= KVTILE_OPS_NUM_PRESETS)
+    return fail(KVTILE_OPS_UNSUPPORTED_PRESET, "%s: preset %d is not %s", function, preset, preset_choices());
+  return with_head_dim(head_dim, function, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    int result = KVTILE_OPS_UNSUPPORTED_PRESET;
+    auto each = [&](auto index) {
+      constexpr int P = decltype(index)::value;
+      if (preset == P) result = f(kvtile::codec_tag<typename preset_codec<P, D>::type>{});
+    };
+    for_each_index(each, std::make_integer_sequence<int, KVTILE_OPS_NUM_PRESETS>{});
+    return result;
+  });
 }
 
 // Builds the kvtile view of a descriptor (sizes not validated here: the
@@ -111,6 +170,8 @@ kvtile::attention::decode_args<QT> args_of(const kvtile_ops_decode_params& p, bo
 // The device functions of one (preset, head_dim), defined in its own CUDA
 // translation unit (device_ops.cuh, KVTILE_OPS_DEVICE_TABLE).
 struct device_table {
+  int preset;    // the instance (device_instances) these functions are of
+  int head_dim;
   int (*prefill)(const kvtile_ops_cache&, int dtype, const void* k, const void* v, const std::int32_t* cu_seqlens,
                  std::int64_t max_tokens, std::int32_t* flags, kvtile_ops_stream stream);
   int (*append)(const kvtile_ops_cache&, int dtype, const void* k, const void* v, std::int32_t* flags,

@@ -13,6 +13,8 @@
 namespace kvtile_ops {
 
 struct spec_table {
+  int preset;  // the instance (device_instances) these functions are of
+  int head_dim;
   int (*append_drafts)(const kvtile_ops_cache&, const kvtile_ops_drafts&, int dtype, const void* k, const void* v,
                        const std::int32_t* cu, std::int32_t* flags, kvtile_ops_stream stream);
   int (*commit_drafts)(const kvtile_ops_cache&, const kvtile_ops_drafts&, const std::int32_t* accepted,
@@ -58,14 +60,16 @@ struct spec_ops {
                                                             count, flags, reinterpret_cast<cudaStream_t>(stream)),
                          "kvtile_ops_fork");
   }
-  static constexpr spec_table table{&append_drafts, &commit_drafts, &fork};
+  template <int Preset, int D>
+  static constexpr spec_table table{Preset, D, &append_drafts, &commit_drafts, &fork};
 };
 
 }  // namespace kvtile_ops
 
 // Defines kvtile_ops::spec_table_<name>_d<D>.
-#define KVTILE_OPS_SPEC_TABLE(name, preset_id, D)                                                 \
-  namespace kvtile_ops {                                                                          \
-  extern const spec_table spec_table_##name##_d##D;                                               \
-  const spec_table spec_table_##name##_d##D = spec_ops<preset_codec<preset_id, D>::type>::table; \
+#define KVTILE_OPS_SPEC_TABLE(name, preset_id, D)                                                                \
+  namespace kvtile_ops {                                                                                         \
+  static_assert(is_device_instance(#name, preset_id, D), "a device instance of ops_internal.hpp, named as its preset"); \
+  extern const spec_table spec_table_##name##_d##D;                                                              \
+  const spec_table spec_table_##name##_d##D = spec_ops<preset_codec<preset_id, D>::type>::template table<preset_id, D>; \
   }

@@ -97,3 +97,34 @@ TEST_CASE("plan handles: a handle is forgotten once, a second destroy is refused
   CHECK_FALSE(kvtile_ops::forget_plan(&never));  // never remembered (&a + 1 could be &b)
   CHECK(kvtile_ops::forget_plan(&b));
 }
+
+TEST_CASE("the C ABI's presets, head_dims and messages come from the core's preset table (issue 32 item 1)") {
+  for (int p = 0; p < KVTILE_OPS_NUM_PRESETS; ++p) {
+    CAPTURE(p);
+    REQUIRE(kvtile_ops_preset_name(p) != nullptr);
+    CHECK(std::string(kvtile_ops_preset_name(p)) == kvtile::presets::shapes[p].name);
+    for (int d : kvtile::head_dims) {
+      kvtile_ops_preset_info info;
+      REQUIRE(kvtile_ops_get_preset_info(p, d, &info) == KVTILE_OPS_SUCCESS);
+      CHECK(info.tile_tokens == kvtile::presets::shapes[p].tile_tokens);
+      CHECK(info.key_bits == kvtile::presets::shapes[p].key_bits);
+      CHECK(info.value_bits == kvtile::presets::shapes[p].value_bits);
+    }
+  }
+  CHECK(kvtile_ops_preset_name(-1) == nullptr);
+  CHECK(kvtile_ops_preset_name(KVTILE_OPS_NUM_PRESETS) == nullptr);
+  kvtile_ops_preset_info info;
+  CHECK(kvtile_ops_get_preset_info(KVTILE_OPS_NUM_PRESETS, 128, &info) == KVTILE_OPS_UNSUPPORTED_PRESET);
+  CHECK(std::string(kvtile_ops_last_error()) ==
+        "kvtile_ops_get_preset_info: preset 3 is not 0 (k4v2_g128), 1 (k4v4_g128) or 2 (k2v2_g128)");
+  CHECK(kvtile_ops_get_preset_info(KVTILE_OPS_K4V2_G128, 96, &info) == KVTILE_OPS_UNSUPPORTED_HEAD_DIM);
+  CHECK(std::string(kvtile_ops_last_error()) == "kvtile_ops_get_preset_info: head_dim 96 is not 64, 128 or 256");
+  CHECK(std::string(kvtile_ops::device_instance_list()) ==
+        "k4v2_g128 at 64, 128, 256; k4v4_g128 at 128; k2v2_g128 at 128");
+  CHECK(kvtile_ops_fp16_page_tokens() == 64);
+  for (const kvtile_ops::device_instance& d : kvtile_ops::device_instances) {
+    CHECK(kvtile::is_head_dim(d.head_dim));
+    CHECK(kvtile_ops::device_instance_index(d.preset, d.head_dim) >= 0);
+  }
+  CHECK(kvtile_ops::device_instance_index(KVTILE_OPS_K4V4_G128, 64) == -1);
+}

@@ -19,6 +19,10 @@
 
 KVTILE_NAMESPACE_BEGIN
 
+// The page size (tokens) of the fp16 decode baseline's kernels (a view's
+// page_tokens must equal it; the C ABI and Python report it).
+inline constexpr std::int32_t fp16_page_tokens = 64;
+
 struct fp16_paged_cache_view {
   half_t* k = nullptr;
   half_t* v = nullptr;

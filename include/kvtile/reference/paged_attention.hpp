@@ -46,6 +46,7 @@
 #include "../codec/record_span.hpp"
 #include "../codec/tile_codec.hpp"
 #include "../config.hpp"
+#include "../device/attention/decode_args.hpp"
 #include "../numeric/half.hpp"
 #include "../paged/paged_cache.hpp"
 #include "../status.hpp"
@@ -133,7 +134,7 @@ status paged_attention(const paged_cache_view& v, const QT* q, const attention_o
   if (o.q_heads <= 0 || o.q_heads % v.kv_heads != 0) return status::invalid_argument;
   if (!(o.softmax_scale > 0) || !std::isfinite(o.softmax_scale)) return status::invalid_argument;
   if (!(o.logit_softcap >= 0) || !std::isfinite(o.logit_softcap)) return status::invalid_argument;
-  if (o.qo_indptr && (o.max_q_tokens < 1 || o.max_q_tokens > 8)) return status::invalid_argument;
+  if (o.qo_indptr && (o.max_q_tokens < 1 || o.max_q_tokens > attention::max_q_tokens)) return status::invalid_argument;
   if (o.qo_indptr) {
     if (o.qo_indptr[0] != 0) return status::invalid_argument;
     for (std::int32_t s = 0; s < v.num_seqs; ++s)

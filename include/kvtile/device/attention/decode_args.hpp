@@ -10,6 +10,10 @@
 KVTILE_NAMESPACE_BEGIN
 namespace attention {
 
+// Most new query tokens per sequence of a multi-query decode (decode_args::
+// max_q_tokens; KVTILE_OPS_MAX_Q_TOKENS and kvtile.MAX_Q_TOKENS mirror it).
+inline constexpr int max_q_tokens = 8;
+
 // Arguments of one decode step. QT: half_t or bfloat16_t.
 template <class QT>
 struct decode_args {

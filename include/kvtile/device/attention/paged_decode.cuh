@@ -332,7 +332,7 @@ namespace detail {
 template <class Codec, class QT>
 status check_quant_args(const paged_cache_view& cache, const decode_args<QT>& a) {
   using cfg = typename Codec::config;
-  if (cache.head_dim != 64 && cache.head_dim != 128 && cache.head_dim != 256) return status::unsupported_head_dim;
+  if (!is_head_dim(cache.head_dim)) return status::unsupported_head_dim;
   if (status s = validate_structure(cache, static_cast<std::int64_t>(Codec::record_bytes), cfg::head_dim,
                                     cfg::tile_tokens);
       s != status::success)
@@ -427,7 +427,7 @@ device::launch_result paged_decode(const paged_cache_view& cache, const decode_a
 // under one policy P (its smem_budget and fp16_stages).
 template <int D, class P = decode_policy_sm90>
 struct fp16_kernel_traits {
-  static constexpr int page_tokens = 64;
+  static constexpr int page_tokens = fp16_page_tokens;
   static constexpr int stages = P::fp16_stages;
   static constexpr std::size_t stage_bytes = static_cast<std::size_t>(page_tokens) * D * 2 * 2;
   static constexpr int warps = detail::warps_for<stage_bytes, stages, 8, P::smem_budget>();

@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "../../../config.hpp"
+#include "../decode_args.hpp"
 
 KVTILE_NAMESPACE_BEGIN
 namespace attention::detail {
 
 inline constexpr int max_group = 8;  // query rows per n-block (the MMA's N)
-inline constexpr int max_q_tokens = 8;  // multi-query: new tokens per sequence
 
 // The launch shapes the kernels' grids (and the workspace sizes, computed in
 // 64 bits) can hold: q_heads a positive multiple of kv_heads, 0 <= num_seqs <=
