@@ -66,8 +66,9 @@ KVTILE_HOST_DEVICE float sinkhorn_update(float& log_scale, float std_dev, float&
 // next-token KL on the dev model and attention KL / error on every data set
 // of docs/kvtile-eval.md "Sinkhorn iterations" equal to 4 and 8 iterations
 // within the measurements' noise (docs/accuracy.md); 1 iteration costs KL on
-// 2-bit tiles with strong key outliers. Each iteration costs the GPU prefill
-// encoder ~115 us at 64K tokens x 8 heads x D 128 (docs/gpu-codec.md).
+// 2-bit tiles with strong key outliers. Every iteration is a fixed share of
+// the GPU prefill encoder's time (docs/gpu-codec.md), so the default is the
+// fewest iterations that keep that quality.
 template <int Iterations = 2>
 struct sinkhorn {
   static_assert(Iterations >= 0 && Iterations <= 64, "sinkhorn iterations must be in [0, 64]");

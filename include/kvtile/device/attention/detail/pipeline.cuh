@@ -163,9 +163,9 @@ KVTILE_DEVICE void warp_loop(int j0, int j1, std::uint8_t* stages, std::size_t s
     // Every ring ends with the same number of phases (the iterations of ring 0,
     // a bound on any ring's count) before the CTA's merge. With unequal counts,
     // compute-sanitizer's racecheck reports write_partial's stores after the
-    // __syncthreads against the stage reads (attention --small, H200,
-    // 2026-12-03: 9 hazards; padded: none). The extra phases cost 0-3%
-    // (GQA 16 and multi-query rows of bench_attention).
+    // __syncthreads against the stage reads (tests/device/attention.cu --small:
+    // hazards unpadded, none padded). The extra phases cost little on the
+    // GQA 16 and multi-query rows (docs/attention.md).
     const int most = (j1 - j0 + R - 1) / R;
     for (; phases < most; ++phases) named_barrier_sync(1 + ring, 32 * H);
   }

@@ -115,9 +115,9 @@ inline std::int64_t max_chunks(std::int64_t units, int ctas, int forced_splits) 
 // with fewer others) plus a fixed per-chunk overhead (query load, pipeline
 // fill, partial write, merge).
 inline long long chunk_cost(int n, int rings) {
-  // H200, k4v2_g128 D = 128 (bench/results/2026-12-01-h200-attention-plan.md):
-  // 2 chunks of 64 tiles per CTA took 90.8 us where 1 chunk of 128 took 82.2,
-  // i.e. a chunk boundary costs about 13 tiles' time.
+  // overhead: a chunk boundary inside a CTA (pipeline drain and refill, query
+  // reload, partial write, merge) costs about 13 tiles' time, measured as two
+  // chunks per CTA against one (docs/attention.md, "Schedule").
   constexpr int overhead = 12;
   const int floor = rings / 2;
   return static_cast<long long>(n > floor ? n : floor) + overhead;
