@@ -23,12 +23,25 @@ namespace detail {
 // Per-element input flags (a tile's flags are the OR over its elements).
 enum : unsigned { input_ok = 0u, input_non_finite = 1u, input_out_of_range = 2u };
 
+// Every writer's first step (the codec's encode, the paged writers before
+// their rotation): NaN/Inf become 0, setting `replaced`; each layer reports a
+// replacement as a warning (status::non_finite_input).
+KVTILE_HOST_DEVICE float replace_non_finite(float x, bool& replaced) {
+  if (!is_finite(x)) {
+    replaced = true;
+    return 0.0f;
+  }
+  return x;
+}
+
 // One input element as encode uses it: NaN/Inf become 0 (input_non_finite),
 // |x| > 2^48 is flagged input_out_of_range (the encode then fails).
 KVTILE_HOST_DEVICE float sanitize_input(float x, unsigned& flags) {
-  if (!is_finite(x)) {
+  bool replaced = false;
+  x = replace_non_finite(x, replaced);
+  if (replaced) {
     flags |= input_non_finite;
-    return 0.0f;
+    return x;
   }
   if (!((x < 0 ? -x : x) <= max_input_magnitude)) flags |= input_out_of_range;
   return x;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../codec/element.hpp"
+#include "../codec/encode_rules.hpp"
 #include "../codec/tile_codec.hpp"
 #include "../config.hpp"
 #include "../numeric/half.hpp"
@@ -44,30 +45,37 @@ template <class Codec>
 using paged_record_codec = tile_codec<typename Codec::config, identity, typename Codec::normalizer,
                                       typename Codec::rounding, typename Codec::packer>;
 
+// The paged writers' rule for one token, sanitize -> rotate -> saturate, one
+// function per element step; the host model below and the device writers
+// (device/paged/paged_common.cuh) call these.
+// Before the rotation: NaN/Inf become 0 (paged_flag_non_finite).
+KVTILE_HOST_DEVICE float paged_sanitize(float x, unsigned& flags) {
+  bool replaced = false;
+  x = ::kvtile::detail::replace_non_finite(x, replaced);
+  if (replaced) flags |= paged_flag_non_finite;
+  return x;
+}
+// After the rotation, to fp16: a NaN (only from a bf16 token whose rotation
+// overflowed fp32) becomes 0 and |x| > 65504 saturates to +-65504, both
+// paged_flag_saturated.
+KVTILE_HOST_DEVICE half_t paged_saturate_to_half(float x, unsigned& flags) {
+  if (::kvtile::detail::is_nan(x)) {
+    flags |= paged_flag_saturated;
+    x = 0.0f;
+  } else if (!((x < 0 ? -x : x) <= half_t::max_finite)) {
+    flags |= paged_flag_saturated;
+  }
+  return ::kvtile::detail::element_from_float<half_t>(x);
+}
+
 // Host reference of rotate_to_half for one token (the tests' cache model).
 template <class Rotation, int D, class T>
 inline unsigned host_rotate_to_half(const T* src, half_t* dst) {
   float v[D];
   unsigned f = 0;
-  for (int d = 0; d < D; ++d) {
-    float x = ::kvtile::detail::element_to_float(src[d]);
-    if (!::kvtile::detail::is_finite(x)) {
-      x = 0.0f;
-      f |= paged_flag_non_finite;
-    }
-    v[d] = x;
-  }
+  for (int d = 0; d < D; ++d) v[d] = paged_sanitize(::kvtile::detail::element_to_float(src[d]), f);
   Rotation::template forward<D>(v);
-  for (int d = 0; d < D; ++d) {
-    float x = v[d];
-    if (::kvtile::detail::is_nan(x)) {
-      x = 0.0f;
-      f |= paged_flag_saturated;
-    } else if (!((x < 0 ? -x : x) <= half_t::max_finite)) {
-      f |= paged_flag_saturated;
-    }
-    dst[d] = ::kvtile::detail::element_from_float<half_t>(x);
-  }
+  for (int d = 0; d < D; ++d) dst[d] = paged_saturate_to_half(v[d], f);
   return f;
 }
 

@@ -66,38 +66,18 @@ KVTILE_DEVICE std::uint32_t half2_bits(float lo, float hi) {
 
 // One warp, one token: x[j] = element lane + 32 j (any input type) -> rotated
 // fp16 in h[j]; returns this LANE's paged_flag bits. The reference path: the
-// FWHT's lane stages use the signed_fma_local form (same bits). An fp16
-// token's rotation is finite (|sum| <= 256 * 65504), so the NaN check is
-// compiled for bf16 tokens only; on NaN-free values fminf / fmaxf equal the
-// saturating clamp of element_from_float<half_t>.
+// rule of paged_record.hpp (paged_sanitize, rotation, paged_saturate_to_half,
+// as host_rotate_to_half), the FWHT's lane stages in the signed_fma_local form
+// (same bits).
 template <class Rotation, int J, class T>
 KVTILE_DEVICE unsigned rotate_to_half_lane_exact(const T (&x)[J], half_t (&h)[J]) {
   float v[J];
   unsigned f = 0;
 #pragma unroll
-  for (int j = 0; j < J; ++j) {
-    float e = detail::element_to_float(x[j]);
-    if (!detail::is_finite(e)) {
-      e = 0.0f;
-      f |= paged_flag_non_finite;
-    }
-    v[j] = e;
-  }
+  for (int j = 0; j < J; ++j) v[j] = paged_sanitize(detail::element_to_float(x[j]), f);
   warp_rotate_forward<Rotation, fwht_lane_op::signed_fma_local>(v);
-  float amax = 0.0f;
 #pragma unroll
-  for (int j = 0; j < J; ++j) {
-    float e = v[j];
-    if constexpr (!std::is_same_v<T, half_t>) {
-      if (detail::is_nan(e)) {
-        e = 0.0f;
-        f |= paged_flag_saturated;
-      }
-    }
-    amax = fmaxf(amax, fabsf(e));
-    h[j] = half_t(fminf(fmaxf(e, -half_t::max_finite), half_t::max_finite));
-  }
-  if (!(amax <= half_t::max_finite)) f |= paged_flag_saturated;
+  for (int j = 0; j < J; ++j) h[j] = paged_saturate_to_half(v[j], f);
   return f;
 }
 
