@@ -175,31 +175,12 @@ KVTILE_OPS_API int kvtile_ops_append(const kvtile_ops_cache* cache, int dtype, c
 KVTILE_OPS_API int kvtile_ops_dequantize_pages(const kvtile_ops_cache* cache, const int32_t* page_ids, int32_t count,
                                                void* out_k, void* out_v, int frame, kvtile_ops_stream stream);
 
-/* ---- decode attention (device) -------------------------------------------------- */
-/* One query token per sequence: q, out [num_seqs][q_heads][head_dim] in
- * q_dtype (fp16/bf16, original frame), lse [num_seqs][q_heads] fp32 or NULL.
- * workspace: kvtile_ops_decode_workspace_bytes() bytes of device memory,
- * 16-byte aligned. num_splits 0 = automatic. Capturable in a CUDA graph once
- * the same configuration has run once outside the capture. Multi-query,
- * window, soft-cap and plan / run: the _ex and plan functions below. */
-KVTILE_OPS_API int kvtile_ops_decode_workspace_bytes(const kvtile_ops_cache* cache, int q_heads, int num_splits,
-                                                     size_t* bytes);
-KVTILE_OPS_API int kvtile_ops_decode(const kvtile_ops_cache* cache, int q_dtype, const void* q, void* out, float* lse,
-                                     int q_heads, float softmax_scale, void* workspace, size_t workspace_bytes,
-                                     int num_splits, kvtile_ops_stream stream);
-/* The same over an fp16 paged cache (the baseline kernel). */
-KVTILE_OPS_API int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache* cache, int q_heads,
-                                                          int num_splits, size_t* bytes);
-KVTILE_OPS_API int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, int q_dtype, const void* q, void* out,
-                                          float* lse, int q_heads, float softmax_scale, void* workspace,
-                                          size_t workspace_bytes, int num_splits, kvtile_ops_stream stream);
-
-/* ---- decode attention with options, multi-query and plan / run (device) ------- */
+/* ---- decode attention (device): one call, or plan / run ------------------------- */
 /* Most new query tokens per sequence of a multi-query step. */
 #define KVTILE_OPS_MAX_Q_TOKENS 8
 
-/* The arguments of kvtile_ops_decode_ex, kvtile_ops_fp16_decode_ex and the
- * plan / run functions. Versioned by struct_size: call
+/* The arguments of kvtile_ops_decode, kvtile_ops_fp16_decode and the plan /
+ * run functions. Versioned by struct_size: call
  * kvtile_ops_decode_params_init(&p, sizeof p) first (it zeroes the struct and
  * sets the defaults below), then set the fields. */
 typedef struct kvtile_ops_decode_params {
@@ -223,25 +204,30 @@ typedef struct kvtile_ops_decode_params {
                                 query rows qo_indptr[s] .. +n_s-1; new token i attends positions
                                 < seq_lens[s] - (n_s - 1 - i) (causal among the new tokens) */
   int32_t num_splits;        /* 0 (default): automatic; > 0: every sequence cut into this many chunks */
-  void* workspace;           /* kvtile_ops_decode_workspace_bytes_ex() bytes, 16-byte aligned */
+  void* workspace;           /* kvtile_ops_decode_workspace_bytes() bytes, 16-byte aligned */
   size_t workspace_bytes;
 } kvtile_ops_decode_params;
 
 /* Zeroes *params and sets struct_size and the defaults; struct_size must be
  * sizeof(kvtile_ops_decode_params) of the caller's header. */
 KVTILE_OPS_API int kvtile_ops_decode_params_init(kvtile_ops_decode_params* params, size_t struct_size);
-/* Workspace of kvtile_ops_decode_ex and of a plan for these params (q_heads,
+/* Workspace of kvtile_ops_decode and of a plan for these params (q_heads,
  * max_q_tokens, num_splits are read) on the current device. */
-KVTILE_OPS_API int kvtile_ops_decode_workspace_bytes_ex(const kvtile_ops_cache* cache,
-                                                        const kvtile_ops_decode_params* params, size_t* bytes);
-/* One decode step in one call (no host lengths): kvtile_ops_decode plus
- * multi-query, window and soft-cap. */
-KVTILE_OPS_API int kvtile_ops_decode_ex(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
-                                        kvtile_ops_stream stream);
-/* The fp16 baseline with window and soft-cap (one token per sequence:
- * qo_indptr must be NULL); workspace: kvtile_ops_fp16_decode_workspace_bytes(). */
-KVTILE_OPS_API int kvtile_ops_fp16_decode_ex(const kvtile_ops_fp16_cache* cache,
-                                             const kvtile_ops_decode_params* params, kvtile_ops_stream stream);
+KVTILE_OPS_API int kvtile_ops_decode_workspace_bytes(const kvtile_ops_cache* cache,
+                                                     const kvtile_ops_decode_params* params, size_t* bytes);
+/* One decode step in one call (no host lengths): q, out [rows][q_heads][head_dim]
+ * in q_dtype, original frame; window, soft-cap and multi-query as params says.
+ * num_splits 0 = automatic. Capturable in a CUDA graph once the same
+ * configuration has run once outside the capture. */
+KVTILE_OPS_API int kvtile_ops_decode(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
+                                     kvtile_ops_stream stream);
+/* The same over an fp16 paged cache (the baseline kernel), one token per
+ * sequence (qo_indptr NULL, max_q_tokens 1); its workspace (q_heads and
+ * num_splits are read). */
+KVTILE_OPS_API int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache* cache,
+                                                          const kvtile_ops_decode_params* params, size_t* bytes);
+KVTILE_OPS_API int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, const kvtile_ops_decode_params* params,
+                                          kvtile_ops_stream stream);
 
 /* A decode step split into a host plan and a launch (kvtile::attention::decode_plan).
  *   kvtile_ops_decode_plan_create(&plan);

@@ -191,29 +191,6 @@ int kvtile_ops_dequantize_pages(const kvtile_ops_cache* cache, const int32_t* pa
   return t ? t->dequantize_pages(*cache, page_ids, count, out_k, out_v, frame, stream) : code;
 }
 
-int kvtile_ops_decode_workspace_bytes(const kvtile_ops_cache* cache, int q_heads, int num_splits, size_t* bytes) {
-  int code = 0;
-  const device_table* t = table_for(cache, "kvtile_ops_decode_workspace_bytes", &code);
-  if (!t) return code;
-  if (!bytes) return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_decode_workspace_bytes: bytes is NULL");
-  if (q_heads <= 0 || cache->kv_heads <= 0 || q_heads % cache->kv_heads != 0 || num_splits < 0 || cache->num_seqs < 0)
-    return fail(KVTILE_OPS_INVALID_ARGUMENT,
-                "kvtile_ops_decode_workspace_bytes: q_heads %d must be a positive multiple of kv_heads %d, "
-                "num_splits %d >= 0, num_seqs %d >= 0",
-                q_heads, cache->kv_heads, num_splits, cache->num_seqs);
-  return t->decode_workspace_bytes(*cache, q_heads, num_splits, bytes);
-}
-
-int kvtile_ops_decode(const kvtile_ops_cache* cache, int q_dtype, const void* q, void* out, float* lse, int q_heads,
-                      float softmax_scale, void* workspace, size_t workspace_bytes, int num_splits,
-                      kvtile_ops_stream stream) {
-  int code = 0;
-  const device_table* t = table_for(cache, "kvtile_ops_decode", &code);
-  return t ? t->decode(*cache, q_dtype, q, out, lse, q_heads, softmax_scale, workspace, workspace_bytes, num_splits,
-                       stream)
-           : code;
-}
-
 int kvtile_ops_decode_params_init(kvtile_ops_decode_params* params, size_t struct_size) {
   if (!params) return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_decode_params_init: params is NULL");
   if (struct_size != sizeof(kvtile_ops_decode_params))
@@ -229,28 +206,28 @@ int kvtile_ops_decode_params_init(kvtile_ops_decode_params* params, size_t struc
   return KVTILE_OPS_SUCCESS;
 }
 
-int kvtile_ops_decode_workspace_bytes_ex(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
-                                         size_t* bytes) {
-  const char* fn = "kvtile_ops_decode_workspace_bytes_ex";
+int kvtile_ops_decode_workspace_bytes(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
+                                      size_t* bytes) {
+  const char* fn = "kvtile_ops_decode_workspace_bytes";
   int code = 0;
   const device_table* t = table_for(cache, fn, &code);
   if (!t) return code;
   if (!bytes) return fail(KVTILE_OPS_NULL_POINTER, "%s: bytes is NULL", fn);
   if (int e = check_params(params, fn, false)) return e;
   if (int e = check_heads(params->q_heads, cache->kv_heads, cache->num_seqs, fn)) return e;
-  return t->decode_workspace_bytes_ex(*cache, *params, bytes);
+  return t->decode_workspace_bytes(*cache, *params, bytes);
 }
 
-int kvtile_ops_decode_ex(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
-                         kvtile_ops_stream stream) {
-  const char* fn = "kvtile_ops_decode_ex";
+int kvtile_ops_decode(const kvtile_ops_cache* cache, const kvtile_ops_decode_params* params,
+                      kvtile_ops_stream stream) {
+  const char* fn = "kvtile_ops_decode";
   int code = 0;
   const device_table* t = table_for(cache, fn, &code);
   if (!t) return code;
   if (int e = check_params(params, fn, true)) return e;
   if (int e = check_io(params, fn)) return e;
   if (int e = check_heads(params->q_heads, cache->kv_heads, cache->num_seqs, fn)) return e;
-  return t->decode_ex(*cache, *params, stream);
+  return t->decode(*cache, *params, stream);
 }
 
 int kvtile_ops_decode_plan_create(kvtile_ops_decode_plan** plan) {

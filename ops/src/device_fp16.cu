@@ -41,7 +41,7 @@ int launch_fp16_decode(const kvtile_ops_fp16_cache& cache, const kvtile_ops_deco
   });
 }
 
-// The fp16 baseline's checks of the _ex and plan functions beyond check_params.
+// The fp16 baseline's checks of its decode and plan functions beyond check_params.
 int check_fp16(const kvtile_ops_fp16_cache* cache, const kvtile_ops_decode_params* p, const char* fn) {
   if (!cache) return kvtile_ops::fail(KVTILE_OPS_NULL_POINTER, "%s: cache is NULL", fn);
   if (p->qo_indptr || p->max_q_tokens != 1)
@@ -66,9 +66,9 @@ void plan_impl_info(const void* impl, std::int32_t* ctas, std::int32_t* chunks) 
 
 extern "C" {
 
-int kvtile_ops_fp16_decode_ex(const kvtile_ops_fp16_cache* cache, const kvtile_ops_decode_params* params,
-                              kvtile_ops_stream stream) {
-  const char* fn = "kvtile_ops_fp16_decode_ex";
+int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, const kvtile_ops_decode_params* params,
+                           kvtile_ops_stream stream) {
+  const char* fn = "kvtile_ops_fp16_decode";
   if (int e = kvtile_ops::check_params(params, fn, true)) return e;
   if (int e = kvtile_ops::check_io(params, fn)) return e;
   if (int e = check_fp16(cache, params, fn)) return e;
@@ -118,32 +118,17 @@ int kvtile_ops_decode_plan_run_fp16(const kvtile_ops_decode_plan* plan, const kv
 }
 
 
-int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache* cache, int q_heads, int num_splits,
+int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache* cache, const kvtile_ops_decode_params* params,
                                            size_t* bytes) {
   const char* fn = "kvtile_ops_fp16_decode_workspace_bytes";
-  if (!cache || !bytes) return kvtile_ops::fail(KVTILE_OPS_NULL_POINTER, "%s: cache or bytes is NULL", fn);
-  if (q_heads <= 0 || cache->kv_heads <= 0 || q_heads % cache->kv_heads != 0 || num_splits < 0)
-    return kvtile_ops::fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: q_heads %d must be a positive multiple of kv_heads %d",
-                            fn, q_heads, cache->kv_heads);
+  if (!bytes) return kvtile_ops::fail(KVTILE_OPS_NULL_POINTER, "%s: bytes is NULL", fn);
+  if (int e = kvtile_ops::check_params(params, fn, false)) return e;
+  if (int e = check_fp16(cache, params, fn)) return e;
   return kvtile_ops::with_head_dim(cache->head_dim, fn, [&](auto d) {
-    *bytes = kvtile::attention::workspace_bytes_fp16<decltype(d)::value>(make_fp16_view(*cache), q_heads, num_splits);
+    *bytes = kvtile::attention::workspace_bytes_fp16<decltype(d)::value>(make_fp16_view(*cache), params->q_heads,
+                                                                        params->num_splits);
     return KVTILE_OPS_SUCCESS;
   });
-}
-
-int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, int q_dtype, const void* q, void* out, float* lse,
-                           int q_heads, float softmax_scale, void* workspace, size_t workspace_bytes, int num_splits,
-                           kvtile_ops_stream stream) {
-  const char* fn = "kvtile_ops_fp16_decode";
-  if (!cache) return kvtile_ops::fail(KVTILE_OPS_NULL_POINTER, "%s: cache is NULL", fn);
-  if (q_dtype != KVTILE_OPS_FP16 && q_dtype != KVTILE_OPS_BF16) {
-    if (int e = kvtile_ops::with_head_dim(cache->head_dim, fn, [](auto) { return 0; })) return e;  // head_dim is reported first
-    return kvtile_ops::fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "%s: queries must be fp16 or bf16 (dtype %d)", fn, q_dtype);
-  }
-  return launch_fp16_decode(
-      *cache,
-      kvtile_ops::one_token_params(q_dtype, q, out, lse, q_heads, softmax_scale, workspace, workspace_bytes, num_splits),
-      stream, fn);
 }
 
 }  // extern "C"

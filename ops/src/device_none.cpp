@@ -35,38 +35,24 @@ int kvtile_ops_dequantize_pages(const kvtile_ops_cache*, const int32_t*, int32_t
   return no_device("kvtile_ops_dequantize_pages");
 }
 
-int kvtile_ops_decode_workspace_bytes(const kvtile_ops_cache*, int, int, size_t*) {
-  return no_device("kvtile_ops_decode_workspace_bytes");
-}
-
-int kvtile_ops_decode(const kvtile_ops_cache*, int, const void*, void*, float*, int, float, void*, size_t, int,
-                      kvtile_ops_stream) {
-  return no_device("kvtile_ops_decode");
-}
-
-int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache*, int, int, size_t*) {
-  return no_device("kvtile_ops_fp16_decode_workspace_bytes");
-}
-
-int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache*, int, const void*, void*, float*, int, float, void*, size_t,
-                           int, kvtile_ops_stream) {
-  return no_device("kvtile_ops_fp16_decode");
-}
-
 int kvtile_ops_decode_params_init(kvtile_ops_decode_params*, size_t) {
   return no_device("kvtile_ops_decode_params_init");
 }
 
-int kvtile_ops_decode_workspace_bytes_ex(const kvtile_ops_cache*, const kvtile_ops_decode_params*, size_t*) {
-  return no_device("kvtile_ops_decode_workspace_bytes_ex");
+int kvtile_ops_decode_workspace_bytes(const kvtile_ops_cache*, const kvtile_ops_decode_params*, size_t*) {
+  return no_device("kvtile_ops_decode_workspace_bytes");
 }
 
-int kvtile_ops_decode_ex(const kvtile_ops_cache*, const kvtile_ops_decode_params*, kvtile_ops_stream) {
-  return no_device("kvtile_ops_decode_ex");
+int kvtile_ops_decode(const kvtile_ops_cache*, const kvtile_ops_decode_params*, kvtile_ops_stream) {
+  return no_device("kvtile_ops_decode");
 }
 
-int kvtile_ops_fp16_decode_ex(const kvtile_ops_fp16_cache*, const kvtile_ops_decode_params*, kvtile_ops_stream) {
-  return no_device("kvtile_ops_fp16_decode_ex");
+int kvtile_ops_fp16_decode_workspace_bytes(const kvtile_ops_fp16_cache*, const kvtile_ops_decode_params*, size_t*) {
+  return no_device("kvtile_ops_fp16_decode_workspace_bytes");
+}
+
+int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache*, const kvtile_ops_decode_params*, kvtile_ops_stream) {
+  return no_device("kvtile_ops_fp16_decode");
 }
 
 int kvtile_ops_decode_plan_create(kvtile_ops_decode_plan** plan) {

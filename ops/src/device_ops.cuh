@@ -64,23 +64,8 @@ struct device_ops {
         "kvtile_ops_dequantize_pages");
   }
 
-  static int decode_workspace_bytes(const kvtile_ops_cache& c, int q_heads, int num_splits, std::size_t* bytes) {
-    const auto view = make_view<Codec>(c);
-    *bytes = kvtile::attention::workspace_bytes<Codec>(view, q_heads, num_splits);
-    return KVTILE_OPS_SUCCESS;
-  }
-
-  // One token per sequence, no window or soft-cap: decode_ex's launch with those params.
-  static int decode(const kvtile_ops_cache& c, int q_dtype, const void* q, void* out, float* lse, int q_heads,
-                    float scale, void* ws, std::size_t ws_bytes, int num_splits, kvtile_ops_stream stream) {
-    if (q_dtype != KVTILE_OPS_FP16 && q_dtype != KVTILE_OPS_BF16)
-      return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "kvtile_ops_decode: queries must be fp16 or bf16 (dtype %d)", q_dtype);
-    return launch_decode(c, one_token_params(q_dtype, q, out, lse, q_heads, scale, ws, ws_bytes, num_splits), stream,
-                         "kvtile_ops_decode");
-  }
-
-  static int decode_workspace_bytes_ex(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p,
-                                       std::size_t* bytes) {
+  static int decode_workspace_bytes(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p,
+                                    std::size_t* bytes) {
     *bytes = kvtile::attention::workspace_bytes<Codec>(make_view<Codec>(c), p.q_heads, p.num_splits, p.max_q_tokens);
     return KVTILE_OPS_SUCCESS;
   }
@@ -94,8 +79,8 @@ struct device_ops {
     });
   }
 
-  static int decode_ex(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p, kvtile_ops_stream stream) {
-    return launch_decode(c, p, stream, "kvtile_ops_decode_ex");
+  static int decode(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p, kvtile_ops_stream stream) {
+    return launch_decode(c, p, stream, "kvtile_ops_decode");
   }
 
   static int plan(void* impl, const kvtile_ops_cache& c, const std::int32_t* lens, const kvtile_ops_decode_params& p,
@@ -119,8 +104,8 @@ struct device_ops {
   }
 
   template <int Preset, int D>
-  static constexpr device_table table{Preset,  D,     &prefill,  &append, &dequantize_pages, &decode_workspace_bytes,
-                                      &decode, &decode_workspace_bytes_ex, &decode_ex, &plan, &run};
+  static constexpr device_table table{Preset, D,       &prefill, &append, &dequantize_pages, &decode_workspace_bytes,
+                                      &decode, &plan,    &run};
 };
 
 }  // namespace kvtile_ops

@@ -46,23 +46,5 @@ int with_args(const kvtile_ops_decode_params& p, bool for_plan, F&& f) {
   return f(args_of<kvtile::half_t>(p, for_plan));
 }
 
-// The params of the one-token entry points (kvtile_ops_decode, kvtile_ops_fp16_decode):
-// no window, no soft-cap, one query token per sequence.
-inline kvtile_ops_decode_params one_token_params(int q_dtype, const void* q, void* out, float* lse, int q_heads,
-                                                 float scale, void* workspace, std::size_t workspace_bytes,
-                                                 int num_splits) {
-  kvtile_ops_decode_params p;
-  kvtile_ops_decode_params_init(&p, sizeof p);
-  p.q_dtype = q_dtype;
-  p.q = q;
-  p.out = out;
-  p.lse = lse;
-  p.q_heads = q_heads;
-  p.softmax_scale = scale;
-  p.workspace = workspace;
-  p.workspace_bytes = workspace_bytes;
-  p.num_splits = num_splits;
-  return p;
-}
 
 }  // namespace kvtile_ops

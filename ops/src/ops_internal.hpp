@@ -178,12 +178,9 @@ struct device_table {
                 kvtile_ops_stream stream);
   int (*dequantize_pages)(const kvtile_ops_cache&, const std::int32_t* page_ids, std::int32_t count, void* out_k,
                           void* out_v, int frame, kvtile_ops_stream stream);
-  int (*decode_workspace_bytes)(const kvtile_ops_cache&, int q_heads, int num_splits, std::size_t* bytes);
-  int (*decode)(const kvtile_ops_cache&, int q_dtype, const void* q, void* out, float* lse, int q_heads, float scale,
-                void* workspace, std::size_t workspace_bytes, int num_splits, kvtile_ops_stream stream);
   // params checked by check_params; plan: a kvtile::attention::decode_plan (new_plan_impl)
-  int (*decode_workspace_bytes_ex)(const kvtile_ops_cache&, const kvtile_ops_decode_params&, std::size_t* bytes);
-  int (*decode_ex)(const kvtile_ops_cache&, const kvtile_ops_decode_params&, kvtile_ops_stream stream);
+  int (*decode_workspace_bytes)(const kvtile_ops_cache&, const kvtile_ops_decode_params&, std::size_t* bytes);
+  int (*decode)(const kvtile_ops_cache&, const kvtile_ops_decode_params&, kvtile_ops_stream stream);
   int (*plan)(void* plan, const kvtile_ops_cache&, const std::int32_t* host_seq_lens,
               const kvtile_ops_decode_params&, kvtile_ops_stream stream);
   int (*run)(const void* plan, const kvtile_ops_cache&, const kvtile_ops_decode_params&, kvtile_ops_stream stream);

@@ -1,6 +1,6 @@
 /* ops/tests/c99_test.c: kvtile_ops.h compiles as C99 and the library's host
  * codec round-trips a tile; a bad preset gives a status and a message; the
- * decode params, _ex and plan / run functions reject bad arguments (no GPU
+ * decode params, decode and plan / run functions reject bad arguments (no GPU
  * needed: every call here fails before touching a device). */
 #include "kvtile_ops.h"
 
@@ -67,8 +67,11 @@ int main(void) {
   {
     /* Device entry points reject bad descriptors before touching a device. */
     kvtile_ops_cache c;
+    kvtile_ops_decode_params wp;
     size_t ws = 0;
     memset(&c, 0, sizeof c);
+    CHECK(kvtile_ops_decode_params_init(&wp, sizeof wp) == KVTILE_OPS_SUCCESS);
+    wp.q_heads = 4;
     CHECK(kvtile_ops_append(NULL, KVTILE_OPS_FP16, NULL, NULL, NULL, NULL) == KVTILE_OPS_NULL_POINTER);
     c.preset = 9;
     c.head_dim = 128;
@@ -76,11 +79,12 @@ int main(void) {
     CHECK(strstr(kvtile_ops_last_error(), "kvtile_ops_prefill") != NULL);
     c.preset = KVTILE_OPS_K2V2_G128;
     c.head_dim = 64;
-    CHECK(kvtile_ops_decode_workspace_bytes(&c, 4, 0, &ws) == KVTILE_OPS_UNSUPPORTED_HEAD_DIM);
+    CHECK(kvtile_ops_decode_workspace_bytes(&c, &wp, &ws) == KVTILE_OPS_UNSUPPORTED_HEAD_DIM);
     CHECK(strstr(kvtile_ops_last_error(), "no device instantiation") != NULL);
     c.head_dim = 128;
     c.kv_heads = 2;
-    CHECK(kvtile_ops_decode_workspace_bytes(&c, 3, 0, &ws) == KVTILE_OPS_INVALID_ARGUMENT);
+    wp.q_heads = 3;
+    CHECK(kvtile_ops_decode_workspace_bytes(&c, &wp, &ws) == KVTILE_OPS_INVALID_ARGUMENT);
     /* null pointers in a well-formed descriptor: the launcher's structural check */
     c.num_seqs = 1;
     CHECK(kvtile_ops_append(&c, KVTILE_OPS_FP16, NULL, NULL, NULL, NULL) == KVTILE_OPS_NULL_POINTER);
@@ -89,7 +93,7 @@ int main(void) {
     CHECK(kvtile_ops_dequantize_pages(&c, NULL, 0, NULL, NULL, 5, NULL) == KVTILE_OPS_INVALID_ARGUMENT);
   }
   {
-    /* Decode params, the _ex functions and plan / run: every bad argument is
+    /* Decode params, the decode functions and plan / run: every bad argument is
      * rejected with a status and a message before any device is touched. */
     kvtile_ops_cache c;
     kvtile_ops_fp16_cache f;
@@ -142,68 +146,76 @@ int main(void) {
   } while (0)
 
     RESET_PARAMS();
-    EXPECT(kvtile_ops_decode_ex(NULL, &p, NULL), KVTILE_OPS_NULL_POINTER, "cache descriptor is NULL");
-    EXPECT(kvtile_ops_decode_ex(&c, NULL, NULL), KVTILE_OPS_NULL_POINTER, "params is NULL");
+    EXPECT(kvtile_ops_decode(NULL, &p, NULL), KVTILE_OPS_NULL_POINTER, "cache descriptor is NULL");
+    EXPECT(kvtile_ops_decode(&c, NULL, NULL), KVTILE_OPS_NULL_POINTER, "params is NULL");
     p.struct_size = 8;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "struct_size 8");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "struct_size 8");
     RESET_PARAMS();
     p.q_dtype = KVTILE_OPS_FP32;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_UNSUPPORTED_DTYPE, "fp16 or bf16");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_UNSUPPORTED_DTYPE, "fp16 or bf16");
     RESET_PARAMS();
     p.qo_indptr = fake_indptr;
     p.max_q_tokens = 9;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "max_q_tokens 9 is not in [1, 8]");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "max_q_tokens 9 is not in [1, 8]");
     p.max_q_tokens = 0;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "max_q_tokens 0");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "max_q_tokens 0");
     p.qo_indptr = NULL;
     p.max_q_tokens = 4;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "needs qo_indptr");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "needs qo_indptr");
     RESET_PARAMS();
     p.window_left = -2;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "window_left -2");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "window_left -2");
     RESET_PARAMS();
     p.logit_softcap = (float)NAN;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
     p.logit_softcap = (float)INFINITY;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
     p.logit_softcap = -1.0f;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
     RESET_PARAMS();
     p.softmax_scale = 0.0f;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "softmax_scale");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "softmax_scale");
     RESET_PARAMS();
     p.num_splits = -1;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "num_splits");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "num_splits");
     RESET_PARAMS();
     p.workspace = NULL;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_NULL_POINTER, "workspace is NULL");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_NULL_POINTER, "workspace is NULL");
     p.workspace = (unsigned char*)fake_ws + 4;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_MISALIGNED, "16-byte aligned");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_MISALIGNED, "16-byte aligned");
     RESET_PARAMS();
     p.q = NULL;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_NULL_POINTER, "q or out is NULL");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_NULL_POINTER, "q or out is NULL");
     RESET_PARAMS();
     p.q_heads = 3;
-    EXPECT(kvtile_ops_decode_ex(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "multiple of kv_heads 2");
+    EXPECT(kvtile_ops_decode(&c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "multiple of kv_heads 2");
     /* the workspace query reads sizes only, and checks the same ranges */
     RESET_PARAMS();
-    EXPECT(kvtile_ops_decode_workspace_bytes_ex(&c, &p, NULL), KVTILE_OPS_NULL_POINTER, "bytes is NULL");
+    EXPECT(kvtile_ops_decode_workspace_bytes(&c, &p, NULL), KVTILE_OPS_NULL_POINTER, "bytes is NULL");
     p.max_q_tokens = 9;
-    EXPECT(kvtile_ops_decode_workspace_bytes_ex(&c, &p, &ws), KVTILE_OPS_INVALID_ARGUMENT, "max_q_tokens 9");
+    EXPECT(kvtile_ops_decode_workspace_bytes(&c, &p, &ws), KVTILE_OPS_INVALID_ARGUMENT, "max_q_tokens 9");
     p.max_q_tokens = 2;
     p.q_heads = 5;
-    EXPECT(kvtile_ops_decode_workspace_bytes_ex(&c, &p, &ws), KVTILE_OPS_INVALID_ARGUMENT, "multiple of kv_heads");
+    EXPECT(kvtile_ops_decode_workspace_bytes(&c, &p, &ws), KVTILE_OPS_INVALID_ARGUMENT, "multiple of kv_heads");
     /* the fp16 baseline: one token per sequence */
     RESET_PARAMS();
     p.qo_indptr = fake_indptr;
     p.max_q_tokens = 2;
-    EXPECT(kvtile_ops_fp16_decode_ex(&f, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "one token per sequence");
+    EXPECT(kvtile_ops_fp16_decode(&f, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "one token per sequence");
     RESET_PARAMS();
     p.logit_softcap = -3.0f;
-    EXPECT(kvtile_ops_fp16_decode_ex(&f, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
-    EXPECT(kvtile_ops_fp16_decode_ex(NULL, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
+    EXPECT(kvtile_ops_fp16_decode(&f, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
+    EXPECT(kvtile_ops_fp16_decode(NULL, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "logit_softcap");
     RESET_PARAMS();
-    EXPECT(kvtile_ops_fp16_decode_ex(NULL, &p, NULL), KVTILE_OPS_NULL_POINTER, "cache is NULL");
+    EXPECT(kvtile_ops_fp16_decode(NULL, &p, NULL), KVTILE_OPS_NULL_POINTER, "cache is NULL");
+    /* the fp16 baseline's workspace query: the same checks, sizes only */
+    EXPECT(kvtile_ops_fp16_decode_workspace_bytes(&f, &p, NULL), KVTILE_OPS_NULL_POINTER, "bytes is NULL");
+    EXPECT(kvtile_ops_fp16_decode_workspace_bytes(NULL, &p, &ws), KVTILE_OPS_NULL_POINTER, "cache is NULL");
+    p.q_heads = 3;
+    EXPECT(kvtile_ops_fp16_decode_workspace_bytes(&f, &p, &ws), KVTILE_OPS_INVALID_ARGUMENT, "multiple of kv_heads 2");
+    RESET_PARAMS();
+    p.num_splits = -1;
+    EXPECT(kvtile_ops_fp16_decode_workspace_bytes(&f, &p, &ws), KVTILE_OPS_INVALID_ARGUMENT, "num_splits");
 
     /* plan / run */
     EXPECT(kvtile_ops_decode_plan_create(NULL), KVTILE_OPS_NULL_POINTER, "plan is NULL");

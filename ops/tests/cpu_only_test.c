@@ -80,14 +80,11 @@ int main(void) {
   NO_DEVICE(kvtile_ops_prefill, (&c, KVTILE_OPS_FP16, NULL, NULL, NULL, 0, NULL, NULL));
   NO_DEVICE(kvtile_ops_append, (&c, KVTILE_OPS_FP16, NULL, NULL, NULL, NULL));
   NO_DEVICE(kvtile_ops_dequantize_pages, (&c, NULL, 0, NULL, NULL, KVTILE_OPS_FRAME_ORIGINAL, NULL));
-  NO_DEVICE(kvtile_ops_decode_workspace_bytes, (&c, 1, 0, &ws));
-  NO_DEVICE(kvtile_ops_decode, (&c, KVTILE_OPS_FP16, NULL, NULL, NULL, 1, 1.0f, NULL, 0, 0, NULL));
-  NO_DEVICE(kvtile_ops_fp16_decode_workspace_bytes, (&f, 1, 0, &ws));
-  NO_DEVICE(kvtile_ops_fp16_decode, (&f, KVTILE_OPS_FP16, NULL, NULL, NULL, 1, 1.0f, NULL, 0, 0, NULL));
   NO_DEVICE(kvtile_ops_decode_params_init, (&params, sizeof params));
-  NO_DEVICE(kvtile_ops_decode_workspace_bytes_ex, (&c, &params, &ws));
-  NO_DEVICE(kvtile_ops_decode_ex, (&c, &params, NULL));
-  NO_DEVICE(kvtile_ops_fp16_decode_ex, (&f, &params, NULL));
+  NO_DEVICE(kvtile_ops_decode_workspace_bytes, (&c, &params, &ws));
+  NO_DEVICE(kvtile_ops_decode, (&c, &params, NULL));
+  NO_DEVICE(kvtile_ops_fp16_decode_workspace_bytes, (&f, &params, &ws));
+  NO_DEVICE(kvtile_ops_fp16_decode, (&f, &params, NULL));
   NO_DEVICE(kvtile_ops_decode_plan_create, (&plan));
   CHECK(plan == NULL);
   CHECK(kvtile_ops_decode_plan_destroy(NULL) == KVTILE_OPS_SUCCESS);
