@@ -56,26 +56,11 @@ int check_params(const kvtile_ops_decode_params* p, const char* function, bool n
                 function, p->struct_size, sizeof(kvtile_ops_decode_params));
   if (p->q_dtype != KVTILE_OPS_FP16 && p->q_dtype != KVTILE_OPS_BF16)
     return fail(KVTILE_OPS_UNSUPPORTED_DTYPE, "%s: queries must be fp16 or bf16 (q_dtype %d)", function, p->q_dtype);
-  if (p->q_heads <= 0) return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: q_heads %d must be positive", function, p->q_heads);
-  if (p->max_q_tokens < 1 || p->max_q_tokens > KVTILE_OPS_MAX_Q_TOKENS)
-    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: max_q_tokens %d is not in [1, %d]", function, p->max_q_tokens,
-                KVTILE_OPS_MAX_Q_TOKENS);
-  if (p->window_left < -1)
-    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: window_left %d must be -1 (no window) or >= 0", function,
-                p->window_left);
-  if (!(p->logit_softcap >= 0.0f) || !std::isfinite(p->logit_softcap))
-    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: logit_softcap %g must be 0 (off) or positive and finite", function,
-                static_cast<double>(p->logit_softcap));
-  if (p->num_splits < 0 || p->num_splits > 4096)
-    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: num_splits %d is not in [0, 4096]", function, p->num_splits);
+  if (kvtile::attention::arg_error e =
+          kvtile::attention::check_decode_options(p->q_heads, p->max_q_tokens, p->qo_indptr != nullptr, p->window_left,
+                                                  p->logit_softcap, p->num_splits, need_io, p->softmax_scale))
+    return fail(static_cast<int>(e.code), "%s: %s %g %s", function, e.name, e.value, e.rule);
   if (!need_io) return KVTILE_OPS_SUCCESS;  // the workspace query reads the sizes only
-  if (!p->qo_indptr && p->max_q_tokens != 1)
-    return fail(KVTILE_OPS_INVALID_ARGUMENT,
-                "%s: max_q_tokens %d > 1 needs qo_indptr (NULL: one query token per sequence)", function,
-                p->max_q_tokens);
-  if (!(p->softmax_scale > 0.0f) || !std::isfinite(p->softmax_scale))
-    return fail(KVTILE_OPS_INVALID_ARGUMENT, "%s: softmax_scale %g must be positive and finite", function,
-                static_cast<double>(p->softmax_scale));
   if (!p->workspace) return fail(KVTILE_OPS_NULL_POINTER, "%s: workspace is NULL", function);
   if (reinterpret_cast<std::uintptr_t>(p->workspace) % 16 != 0)
     return fail(KVTILE_OPS_MISALIGNED, "%s: workspace is not 16-byte aligned", function);

@@ -211,18 +211,41 @@ inline status sequence_copy_plan(const paged_cache_view& v, std::int32_t slot, c
   return status::success;
 }
 
+// The checks and copy plan of a pack (host pack_sequence and the device's
+// pack_sequence_async): the layout of `length` tokens of `slot`, dst and the
+// page row present, dst_bytes >= the layout's total. The header then goes to
+// dst, the plan's chunks after it.
+inline status plan_sequence_pack(const paged_cache_view& v, std::int32_t slot, std::int32_t length,
+                                 const std::int32_t* page_row, void* dst, std::size_t dst_bytes,
+                                 sequence_pack_layout& L, std::vector<sequence_copy_chunk>& plan) {
+  if (status s = sequence_pack_layout_of(v, slot, length, L); s != status::success) return s;
+  if (!dst || (L.header.n_records > 0 && !page_row)) return status::null_pointer;
+  if (dst_bytes < L.total) return status::insufficient_space;
+  const std::int32_t* pages = page_row ? page_row + L.header.first_record_tile : nullptr;
+  return sequence_copy_plan(v, slot, L, pages, dst, true, plan);
+}
+
+// The checks and copy plan of an unpack of a buffer with this header
+// (unpack_sequence, unpack_sequence_async).
+inline status plan_sequence_unpack(const sequence_pack_header& header, const void* src, std::size_t src_bytes,
+                                   const paged_cache_view& v, std::int32_t slot, const std::int32_t* new_pages,
+                                   std::vector<sequence_copy_chunk>& plan) {
+  if (!src) return status::null_pointer;
+  if (status s = check_sequence_pack_header(header, v, src_bytes); s != status::success) return s;
+  sequence_pack_layout L;
+  if (status s = sequence_pack_layout_of(v, slot, header.length, L); s != status::success) return s;
+  return sequence_copy_plan(v, slot, L, new_pages, const_cast<void*>(src), false, plan);
+}
+
 // Host-memory views: packs `length` tokens of the sequence in `slot` (its
 // page-table row page_row, host memory, entries from tile 0) into dst
 // (dst_bytes >= layout total).
 inline status pack_sequence(const paged_cache_view& v, std::int32_t slot, std::int32_t length,
                             const std::int32_t* page_row, void* dst, std::size_t dst_bytes) {
   sequence_pack_layout L;
-  if (status s = sequence_pack_layout_of(v, slot, length, L); s != status::success) return s;
-  if (!dst || (L.header.n_records > 0 && !page_row)) return status::null_pointer;
-  if (dst_bytes < L.total) return status::insufficient_space;
   std::vector<sequence_copy_chunk> plan;
-  const std::int32_t* pages = page_row ? page_row + L.header.first_record_tile : nullptr;
-  if (status s = sequence_copy_plan(v, slot, L, pages, dst, true, plan); s != status::success) return s;
+  if (status s = plan_sequence_pack(v, slot, length, page_row, dst, dst_bytes, L, plan); s != status::success)
+    return s;
   std::memcpy(dst, &L.header, sizeof L.header);
   for (const auto& c : plan) std::memcpy(c.dst, c.src, c.bytes);
   return status::success;
@@ -237,12 +260,8 @@ inline status unpack_sequence(const void* src, std::size_t src_bytes, const page
   if (src_bytes < sizeof(sequence_pack_header)) return status::insufficient_space;
   sequence_pack_header h;
   std::memcpy(&h, src, sizeof h);
-  if (status s = check_sequence_pack_header(h, v, src_bytes); s != status::success) return s;
-  sequence_pack_layout L;
-  if (status s = sequence_pack_layout_of(v, slot, h.length, L); s != status::success) return s;
   std::vector<sequence_copy_chunk> plan;
-  if (status s = sequence_copy_plan(v, slot, L, new_pages, const_cast<void*>(src), false, plan); s != status::success)
-    return s;
+  if (status s = plan_sequence_unpack(h, src, src_bytes, v, slot, new_pages, plan); s != status::success) return s;
   for (const auto& c : plan) std::memcpy(c.dst, c.src, c.bytes);
   if (header_out) *header_out = h;
   return status::success;

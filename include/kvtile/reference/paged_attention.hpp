@@ -28,9 +28,9 @@
 // Statuses: validate_structure's, validate_tables' and validate_slots' on the
 // host copies, with duplicate detection (invalid_argument for a bad length,
 // a page outside [0, num_pages) or used twice, a slot out of range or shared); null_pointer for q or out; invalid_argument
-// for q_heads not a positive multiple of kv_heads, a softmax_scale not finite
-// and > 0, a logit_softcap not finite and >= 0, max_q_tokens outside [1, 8]
-// or qo_indptr not starting at 0 and non-decreasing; corrupt_record for a
+// for an option that breaks attention::check_decode_options (q_heads, softmax_scale,
+// logit_softcap, window_left, max_q_tokens with qo_indptr), q_heads not a
+// multiple of kv_heads, or qo_indptr not starting at 0 and non-decreasing; corrupt_record for a
 // record that does not validate. Cost: O(rows x q_heads x L x D) doubles; meant
 // for tests, not serving.
 #pragma once
@@ -57,7 +57,7 @@ namespace reference {
 struct attention_options {
   int q_heads = 0;                             // a positive multiple of the cache's kv_heads
   double softmax_scale = 0;                    // usually 1 / sqrt(head_dim)
-  int window_left = -1;                        // < 0: no window
+  int window_left = -1;                        // -1: no window; >= 0: a window (< -1: invalid_argument)
   double logit_softcap = 0;                    // > 0: soft-cap
   const std::int32_t* qo_indptr = nullptr;     // HOST [num_seqs + 1], or null: one query per sequence
   int max_q_tokens = 1;                        // 1..8 (with qo_indptr): bound on every n_s
@@ -131,10 +131,13 @@ status paged_attention(const paged_cache_view& v, const QT* q, const attention_o
   if (status s = validate_tables(v, v.page_table, v.seq_lens, page_marks.data()); s != status::success) return s;
   if (status s = validate_slots(v, v.tail_slots, v.seq_lens, slot_marks.data()); s != status::success) return s;
   if (!q || !out) return status::null_pointer;
-  if (o.q_heads <= 0 || o.q_heads % v.kv_heads != 0) return status::invalid_argument;
-  if (!(o.softmax_scale > 0) || !std::isfinite(o.softmax_scale)) return status::invalid_argument;
-  if (!(o.logit_softcap >= 0) || !std::isfinite(o.logit_softcap)) return status::invalid_argument;
-  if (o.qo_indptr && (o.max_q_tokens < 1 || o.max_q_tokens > attention::max_q_tokens)) return status::invalid_argument;
+  // The decode options' rules of the kernels (attention::check_decode_options),
+  // with max_q_tokens read only with qo_indptr and splits not applying here.
+  if (attention::arg_error e = attention::check_decode_options(o.q_heads, o.qo_indptr ? o.max_q_tokens : 1,
+                                                               o.qo_indptr != nullptr, o.window_left,
+                                                               o.logit_softcap, 0, true, o.softmax_scale))
+    return e.code;
+  if (o.q_heads % v.kv_heads != 0) return status::invalid_argument;
   if (o.qo_indptr) {
     if (o.qo_indptr[0] != 0) return status::invalid_argument;
     for (std::int32_t s = 0; s < v.num_seqs; ++s)

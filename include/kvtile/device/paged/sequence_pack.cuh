@@ -42,12 +42,9 @@ inline launch_result pack_sequence_async(const paged_cache_view& v, std::int32_t
                                          const std::int32_t* page_row, void* dst, std::size_t dst_bytes,
                                          cudaStream_t stream = nullptr) {
   sequence_pack_layout L;
-  if (status s = sequence_pack_layout_of(v, slot, length, L); s != status::success) return s;
-  if (!dst || (L.header.n_records > 0 && !page_row)) return status::null_pointer;
-  if (dst_bytes < L.total) return status::insufficient_space;
   std::vector<sequence_copy_chunk> plan;
-  const std::int32_t* pages = page_row ? page_row + L.header.first_record_tile : nullptr;
-  if (status s = sequence_copy_plan(v, slot, L, pages, dst, true, plan); s != status::success) return s;
+  if (status s = plan_sequence_pack(v, slot, length, page_row, dst, dst_bytes, L, plan); s != status::success)
+    return s;
   if (cudaError_t e = cudaMemcpyAsync(dst, &L.header, sizeof L.header, cudaMemcpyDefault, stream); e != cudaSuccess) {
     (void)cudaGetLastError();
     return detail::from_cuda(e);
@@ -74,12 +71,8 @@ inline launch_result read_sequence_pack_header(const void* src, sequence_pack_he
 inline launch_result unpack_sequence_async(const sequence_pack_header& header, const void* src, std::size_t src_bytes,
                                            const paged_cache_view& v, std::int32_t slot,
                                            const std::int32_t* new_pages, cudaStream_t stream = nullptr) {
-  if (!src) return status::null_pointer;
-  if (status s = check_sequence_pack_header(header, v, src_bytes); s != status::success) return s;
-  sequence_pack_layout L;
-  if (status s = sequence_pack_layout_of(v, slot, header.length, L); s != status::success) return s;
   std::vector<sequence_copy_chunk> plan;
-  if (status s = sequence_copy_plan(v, slot, L, new_pages, const_cast<void*>(src), false, plan); s != status::success)
+  if (status s = plan_sequence_unpack(header, src, src_bytes, v, slot, new_pages, plan); s != status::success)
     return s;
   return detail::run_copy_plan(plan, stream);
 }

@@ -47,12 +47,8 @@ template <class QT>
 status check_common(const decode_args<QT>& a, int num_seqs, int kv_heads) {
   static_assert(std::is_same_v<QT, half_t> || std::is_same_v<QT, bfloat16_t>, "queries must be half_t or bfloat16_t");
   if (!a.q || !a.out) return status::null_pointer;
-  if (a.q_heads <= 0 || kv_heads <= 0 || a.q_heads % kv_heads != 0 || num_seqs < 0) return status::invalid_argument;
-  if (!(a.softmax_scale > 0.0f) || !std::isfinite(a.softmax_scale)) return status::invalid_argument;
-  if (!(a.logit_softcap >= 0.0f) || !std::isfinite(a.logit_softcap)) return status::invalid_argument;
-  if (a.num_splits < 0 || a.num_splits > 4096) return status::invalid_argument;
-  if (a.max_q_tokens < 1 || a.max_q_tokens > max_q_tokens || (!a.qo_indptr && a.max_q_tokens != 1))
-    return status::invalid_argument;
+  if (arg_error e = check_decode_options(a)) return e.code;
+  if (kv_heads <= 0 || a.q_heads % kv_heads != 0 || num_seqs < 0) return status::invalid_argument;
   if (!launch_shape_ok(num_seqs, kv_heads, a.q_heads, a.max_q_tokens)) return status::invalid_argument;
   return status::success;
 }
