@@ -1,9 +1,10 @@
-# The fake (FakeTensor) kernels that kvtile/__init__.py registers with
+# The fake (FakeTensor) kernels that kvtile/_fake.py registers with
 # torch.library.register_fake are for ops with per-dispatch-key kernels only: an
-# op defined with one kernel for every key (m.def(schema, &fn) in torch_ops.cpp,
+# op defined with one kernel for every key (m.def(schema, &fn) in csrc/*.cpp,
 # CompositeImplicitAutograd) must have none, or torch >= 2.4 refuses the
 # registration and `import kvtile` fails (seen on the H200 with torch 2.11,
 # 2026-12-05: kvtile::validate_fork). Reads the sources: runs with any torch.
+import glob
 import os
 import re
 
@@ -15,13 +16,20 @@ def _read(*parts):
         return f.read()
 
 
+def _sources(pattern):
+    """The text of every file of python/kvtile matching pattern, joined."""
+    paths = sorted(glob.glob(os.path.join(_root, "python", "kvtile", pattern)))
+    assert paths, pattern
+    return "\n".join(_read(p) for p in paths)
+
+
 def catch_all_ops():
-    src = _read("python", "kvtile", "csrc", "torch_ops.cpp")
+    src = _sources(os.path.join("csrc", "*.cpp"))
     return set(re.findall(r'm\.def\(\s*"(\w+)\((?:[^"]|"\s*")*"\s*,\s*&\w+\s*\)', src))
 
 
 def faked_ops():
-    src = _read("python", "kvtile", "__init__.py")
+    src = _sources("*.py")
     names = set(re.findall(r'reg\("kvtile::(\w+)"\)', src))
     for body in re.findall(r'for name in \(([^)]*)\):\s*\n\s*reg\("kvtile::" \+ name\)', src):
         names |= set(re.findall(r'"(\w+)"', body))
