@@ -108,7 +108,7 @@ prebuilt = os.environ.get("KVTILE_OPS_LIB")
 csrc = os.path.join(here, "kvtile", "csrc")
 # torch_ops.cpp: host codec, quantized cache, plans, speculative decoding; torch_ops_fp16.cpp: the fp16 baseline
 sources = [rel(os.path.join(csrc, f)) for f in ("torch_ops.cpp", "torch_ops_fp16.cpp")]
-depends = [rel(os.path.join(csrc, "torch_ops_internal.h"))]
+depends = [rel(os.path.join(csrc, h)) for h in ("torch_ops_internal.h", "rotation.h")]
 library_dirs, extra_link = [], []
 libstdcxx = torch_libstdcxx()
 if libstdcxx:
@@ -123,6 +123,7 @@ else:
         sources += sorted(rel(p) for p in glob.glob(os.path.join(ops, "src", "device_*.cu")))
 
 if cuda:
+    sources.append(rel(os.path.join(csrc, "rotation.cu")))  # the device path of torch.ops.kvtile.rotate
     archs = cuda_architectures()
     nvcc_flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler", "-fvisibility=hidden", "-lineinfo"]
     nvcc_flags += [gencode(a) for a in archs]

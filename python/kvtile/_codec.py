@@ -36,3 +36,11 @@ def decode_tiles(records, preset="k4v2_g128", head_dim=128, dtype=torch.float32,
         raise ValueError("kvtile.decode_tiles: frame must be 'original' or 'rotated' (got %r)" % (frame,))
     head_dim = _int("kvtile.decode_tiles", "head_dim", head_dim, 1)
     return _ops.decode_tiles(records, _preset_id(preset), head_dim, dtype, frame == "original")
+
+
+def _rotate(x, preset="k4v2_g128", inverse=False, dtype=None):
+    """x [..., head_dim] (fp16, bf16 or fp32; CPU, or CUDA in a CUDA build) -> x times the preset's rotation
+    (inverse=True: back to the original frame; the fp16 tails and sinks of a PagedCache are kept rotated),
+    computed in fp32 by the library's transform (equal, bit for bit, to the codec's original frame) and
+    returned as dtype (default x.dtype). torch.ops.kvtile.rotate; internal (kvtile.hf un-rotates with it)."""
+    return _ops.rotate(x, _preset_id(preset), bool(inverse), x.dtype if dtype is None else dtype)

@@ -31,6 +31,10 @@ def register_fake_kernels():
         k = records.new_empty((records.shape[0], g, head_dim), dtype=dtype)
         return k, torch.empty_like(k)
 
+    @reg("kvtile::rotate")
+    def _rotate_fake(x, preset, inverse, dtype):
+        return x.new_empty(x.shape, dtype=dtype)
+
     # speculative decoding and forks (validate_fork, a host check with one kernel for every
     # dispatch key, needs none: torch >= 2.4 refuses one)
     for name in ("append_drafts", "commit_drafts", "fork_slots"):

@@ -18,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "rotation.h"
 #include "torch_ops_internal.h"
 
 using namespace kvtile_torch;
@@ -87,6 +88,39 @@ std::tuple<Tensor, Tensor> decode_tiles(const Tensor& records, int64_t preset, i
                                         k.data_ptr(), v.data_ptr(),
                                         original_frame ? KVTILE_OPS_FRAME_ORIGINAL : KVTILE_OPS_FRAME_ROTATED));
   return {k, v};
+}
+
+// ---- rotation --------------------------------------------------------------------------
+// x [..., head_dim] (fp16, bf16 or fp32; CPU, or CUDA in a CUDA build) -> the rows rotated by
+// the preset's rotation (inverse: back to the original frame, e.g. the fp16 tails, which the
+// cache keeps rotated), computed in fp32 by the library's transform (rotation.h: the codec's
+// operations, so the result equals the codec's original frame bit for bit), returned as dtype.
+Tensor rotate(const Tensor& x, int64_t preset, bool inverse, at::ScalarType dtype) {
+  checker c{"kvtile.rotate"};
+  TORCH_CHECK_VALUE(x.dim() >= 1, c.op, ": x must have shape [..., head_dim] (got ", dims_of(x), ")");
+  const int64_t head_dim = x.size(-1);
+  preset_info_of(c, preset, head_dim);  // the preset and head_dim are instantiated (else ValueError)
+  const auto fp = [](at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat; };
+  TORCH_CHECK_TYPE(fp(x.scalar_type()), c.op, ": x must have dtype float16, bfloat16 or float32 (got ",
+                   c10::toString(x.scalar_type()), ")");
+  TORCH_CHECK_TYPE(fp(dtype), c.op, ": dtype must be float16, bfloat16 or float32 (got ", c10::toString(dtype), ")");
+  // a new contiguous fp32 copy (never x itself), rotated in place
+  Tensor buf = x.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+  const int64_t rows = buf.numel() / head_dim;
+  c.fits_int32({{rows, "rows (x.numel() / head_dim)"}});
+#ifdef KVTILE_WITH_CUDA
+  if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int e = rotate_rows_cuda(preset, head_dim, buf.data_ptr<float>(), rows, inverse,
+                                   at::cuda::getCurrentCUDAStream(x.device().index()).stream());
+    TORCH_CHECK_VALUE(e != -1, c.op, ": preset ", preset, " with head_dim ", head_dim, " has no rotation");
+    TORCH_CHECK(e == 0, c.op, ": ", cudaGetErrorString(static_cast<cudaError_t>(e)));
+    return buf.to(dtype);
+  }
+#endif
+  TORCH_CHECK_VALUE(rotate_rows_host(preset, head_dim, buf.data_ptr<float>(), rows, inverse), c.op, ": preset ",
+                    preset, " with head_dim ", head_dim, " has no rotation");
+  return buf.to(dtype);
 }
 
 // ---- device ops -----------------------------------------------------------------------
@@ -355,6 +389,7 @@ TORCH_LIBRARY(kvtile, m) {
   m.def("has_cuda() -> bool", &has_cuda);
   m.def("encode_tiles(Tensor keys, Tensor values, int preset, bool paged) -> Tensor");
   m.def("decode_tiles(Tensor records, int preset, int head_dim, ScalarType dtype, bool original_frame) -> (Tensor, Tensor)");
+  m.def("rotate(Tensor x, int preset, bool inverse, ScalarType dtype) -> Tensor");
   m.def("prefill(Tensor(a!) pages, Tensor page_table, Tensor seq_lens, Tensor(b!) tail_k, Tensor(c!) tail_v, "
         "Tensor(d!)? sink_k, Tensor(e!)? sink_v, Tensor? tail_slots, Tensor k, Tensor v, Tensor cu_seqlens, "
         "int max_tokens_per_seq, int preset, Tensor(f!)? flags) -> ()");
@@ -391,11 +426,13 @@ TORCH_LIBRARY(kvtile, m) {
   X(prefill) X(append) X(dequantize_pages) X(decode) X(decode_plan) X(decode_run)
 
 // The host codec ops run on CPU tensors; registered for CUDA too so that CUDA
-// tensors get kvtile's "must be a CPU tensor" instead of the dispatcher's error.
+// tensors get kvtile's "must be a CPU tensor" instead of the dispatcher's error
+// (rotate runs on both: rotation.cu in a CUDA build).
 // The device ops are registered for CPU too, for the same reason.
 TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
   m.impl("encode_tiles", &encode_tiles);
   m.impl("decode_tiles", &decode_tiles);
+  m.impl("rotate", &rotate);
 #ifdef KVTILE_WITH_CUDA
 #define KVTILE_IMPL(op) m.impl(#op, &op);
   KVTILE_DEVICE_OPS(KVTILE_IMPL)
@@ -409,6 +446,7 @@ TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
 TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
   m.impl("encode_tiles", &encode_tiles);
   m.impl("decode_tiles", &decode_tiles);
+  m.impl("rotate", &rotate);  // rotation.cu
 #define KVTILE_IMPL(op) m.impl(#op, &op);
   KVTILE_DEVICE_OPS(KVTILE_IMPL)
 #undef KVTILE_IMPL
