@@ -105,7 +105,10 @@ if not cuda:
 include_dirs = [os.path.join(root, "include"), os.path.join(ops, "include"), os.path.join(ops, "src")]
 cxx_flags = ["-O2", "-std=c++17", "-fvisibility=hidden"]
 prebuilt = os.environ.get("KVTILE_OPS_LIB")
-sources = [rel(os.path.join(here, "kvtile", "csrc", "torch_ops.cpp"))]
+csrc = os.path.join(here, "kvtile", "csrc")
+# torch_ops.cpp: host codec, quantized cache, plans, speculative decoding; torch_ops_fp16.cpp: the fp16 baseline
+sources = [rel(os.path.join(csrc, f)) for f in ("torch_ops.cpp", "torch_ops_fp16.cpp")]
+depends = [rel(os.path.join(csrc, h)) for h in ("torch_ops_internal.h", "rotation.h")]
 library_dirs, extra_link = [], []
 libstdcxx = torch_libstdcxx()
 if libstdcxx:
@@ -120,6 +123,7 @@ else:
         sources += sorted(rel(p) for p in glob.glob(os.path.join(ops, "src", "device_*.cu")))
 
 if cuda:
+    sources.append(rel(os.path.join(csrc, "rotation.cu")))  # the device path of torch.ops.kvtile.rotate
     archs = cuda_architectures()
     nvcc_flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler", "-fvisibility=hidden", "-lineinfo"]
     nvcc_flags += [gencode(a) for a in archs]
@@ -131,11 +135,12 @@ if cuda:
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
         library_dirs=library_dirs,
         extra_link_args=extra_link,
+        depends=depends,
     )
 else:
     ext = cpp_extension.CppExtension(
         "kvtile._C", sources, include_dirs=include_dirs, define_macros=[("KVTILE_NO_CUDA_REASON", str(no_cuda_reason))],
-        extra_compile_args={"cxx": cxx_flags}, extra_link_args=extra_link,
+        extra_compile_args={"cxx": cxx_flags}, extra_link_args=extra_link, depends=depends,
     )
 
 setup(

@@ -17,7 +17,8 @@ quantized cache. How later steps attend:
   tokens); longer steps take the dequantized path below.
 * any other attn_implementation (sdpa, eager): each update returns the whole
   cache dequantized to fp16 (pages by kvtile.dequantize_pages, the fp16 tail
-  rotated back), which that attention then reads.
+  and sink rotated back by the library's inverse rotation, torch.ops.kvtile.rotate),
+  which that attention then reads.
 
 Speculative decoding (assisted generation: prompt_lookup_num_tokens, an
 assistant model): a step of 2..8 tokens after the prompt is stored as drafts
@@ -40,6 +41,7 @@ import math
 import torch
 
 import kvtile
+from kvtile._codec import _rotate
 
 try:  # transformers is optional for the rest of the package
     from transformers.cache_utils import Cache as _HFCache
@@ -50,11 +52,11 @@ except ImportError as e:  # pragma: no cover - exercised only without transforme
 __all__ = ["Cache", "Layer", "register", "attention"]
 
 
-def _hadamard(d, device):
-    h = torch.ones(1, 1, dtype=torch.float32, device=device)
-    while h.shape[0] < d:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return h / math.sqrt(d)
+def _unrotate(x, preset_id, dtype):
+    """Rows of an fp16 tail or sink (the cache keeps them rotated) in the original frame, as dtype: the
+    preset's inverse rotation by the library (equal, bit for bit, to the codec's original frame)."""
+    out = dtype if dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.float32
+    return _rotate(x, preset_id, inverse=True, dtype=out).to(dtype)
 
 
 class Layer(_HFLayer):
@@ -83,7 +85,6 @@ class Layer(_HFLayer):
         self.paged = kvtile.PagedCache(b, self.max_cache_len, h, d, q_heads=self.q_heads or h, preset=self.preset,
                                        sink=self.sink, device=key_states.device,
                                        max_q_tokens=kvtile.MAX_Q_TOKENS).enable_drafts()
-        self._rot = _hadamard(d, key_states.device)
         self._cu = {}
         self._accepted = torch.zeros(b, dtype=torch.int32, device=key_states.device)
         self.is_initialized = True
@@ -180,8 +181,8 @@ class Layer(_HFLayer):
         first_quant = 0
         if p.sink_k is not None and n_full > 0:
             slots = p.tail_slots.long()
-            parts_k.append((p.sink_k[slots].float() @ self._rot).to(dtype))
-            parts_v.append((p.sink_v[slots].float() @ self._rot).to(dtype))
+            parts_k.append(_unrotate(p.sink_k[slots], p.preset_id, dtype))
+            parts_v.append(_unrotate(p.sink_v[slots], p.preset_id, dtype))
             first_quant = 1
         if n_full > first_quant:
             ids = p.page_table[:, first_quant:n_full].reshape(-1).contiguous()
@@ -193,8 +194,8 @@ class Layer(_HFLayer):
                            .reshape(b, p.kv_heads, n * G, p.head_dim).to(dtype))
         if rem:
             slots = p.tail_slots.long()
-            parts_k.append((p.tail_k[slots, :, :rem].float() @ self._rot).to(dtype))
-            parts_v.append((p.tail_v[slots, :, :rem].float() @ self._rot).to(dtype))
+            parts_k.append(_unrotate(p.tail_k[slots, :, :rem], p.preset_id, dtype))
+            parts_v.append(_unrotate(p.tail_v[slots, :, :rem], p.preset_id, dtype))
         return torch.cat(parts_k, dim=2), torch.cat(parts_v, dim=2)
 
     def get_seq_length(self, *args, **kwargs):

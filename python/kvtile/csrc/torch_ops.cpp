@@ -8,146 +8,25 @@
 //
 // The module kvtile._C is a plain CPython extension module (no pybind11):
 // importing it loads this library, whose static initializers register the ops.
+// This file has the host codec, the quantized cache's ops, the plan handles
+// and speculative decoding; torch_ops_fp16.cpp the fp16 baseline's ops; what
+// both use (the argument checker, the decode helpers) is torch_ops_internal.h.
 #include <Python.h>
-
-#include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include <cstdint>
 #include <mutex>
-#include <string>
 #include <unordered_set>
-#include <utility>
 #include <vector>
 
-#include "kvtile_ops.h"
+#include "rotation.h"
+#include "torch_ops_internal.h"
 
-#ifdef KVTILE_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-#else
-#include <ATen/core/dispatch/Dispatcher.h>
-#endif
-
-namespace {
-
-using at::Tensor;
-using c10::optional;
-
-constexpr int64_t any = -1;  // a shape extent that is not checked
-
-std::string dims_of(const Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
-// Argument checks of one op call: every failure raises ValueError (TypeError
-// for dtypes) with a message that names the op and the argument.
-struct checker {
-  const char* op;
-  optional<at::Device> device{};  // the device of the first CUDA tensor checked
-
-  // t is on the op's CUDA device (all CUDA tensors of one call on one device),
-  // has one of dtypes, shape (any: unchecked extent), is contiguous and, with
-  // aligned, starts at a 16-byte aligned address.
-  void cuda(const Tensor& t, const char* name, std::initializer_list<at::ScalarType> dtypes,
-            const std::vector<int64_t>& shape, bool aligned = false) {
-    TORCH_CHECK_VALUE(t.is_cuda(), op, ": ", name, " must be a CUDA tensor (got ", t.device().str(), ")");
-    if (!device) device = t.device();
-    TORCH_CHECK_VALUE(t.device() == *device, op, ": ", name, " is on ", t.device().str(),
-                      " but the other tensors are on ", device->str());
-    layout(t, name, dtypes, shape, aligned);
-  }
-  // t is a CPU tensor (the host codec ops), with dtype, shape and contiguity as above.
-  void cpu(const Tensor& t, const char* name, std::initializer_list<at::ScalarType> dtypes,
-           const std::vector<int64_t>& shape) const {
-    TORCH_CHECK_VALUE(t.device().is_cpu(), op, ": ", name,
-                      " must be a CPU tensor: this op runs the host codec (got ", t.device().str(), ")");
-    layout(t, name, dtypes, shape, false);
-  }
-  // t has rank dims (before its extents are read); layout names them in the message.
-  void rank(const Tensor& t, const char* name, int64_t dims, const char* layout) const {
-    TORCH_CHECK_VALUE(t.dim() == dims, op, ": ", name, " must have shape ", layout, " (got ", dims_of(t), ")");
-  }
-  void same_dtype(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) const {
-    TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), op, ": ", name, " must have the dtype of ", ref_name, " (",
-                     c10::toString(ref.scalar_type()), ", got ", c10::toString(t.scalar_type()), ")");
-  }
-  void fits_int32(std::initializer_list<std::pair<int64_t, const char*>> values) const {
-    for (const auto& [v, what] : values)
-      TORCH_CHECK_VALUE(v >= 0 && v <= INT32_MAX, op, ": ", what, " (", v, ") must be in [0, 2^31)");
-  }
-  [[noreturn]] void raise(int code) const {
-    const std::string msg = kvtile_ops_last_error();
-    TORCH_CHECK_TYPE(code != KVTILE_OPS_UNSUPPORTED_DTYPE, op, ": ", msg);
-    TORCH_CHECK(code != KVTILE_OPS_CUDA_ERROR && code != KVTILE_OPS_NO_DEVICE, op, ": ", msg);  // RuntimeError
-    TORCH_CHECK_VALUE(false, op, ": ", msg.empty() ? kvtile_ops_status_string(code) : msg, " (status ", code, ")");
-  }
-  // success and the non-finite warning pass (the output was written).
-  void result(int code) const {
-    if (code != KVTILE_OPS_SUCCESS && code != KVTILE_OPS_NON_FINITE_INPUT) raise(code);
-  }
-
- private:
-  void layout(const Tensor& t, const char* name, std::initializer_list<at::ScalarType> dtypes,
-              const std::vector<int64_t>& shape, bool aligned) const {
-    bool dtype_ok = false;
-    for (auto d : dtypes) dtype_ok = dtype_ok || t.scalar_type() == d;
-    if (!dtype_ok) {
-      std::string want;
-      for (auto d : dtypes) want += std::string(want.empty() ? "" : " or ") + c10::toString(d);
-      TORCH_CHECK_TYPE(false, op, ": ", name, " must have dtype ", want, " (got ", c10::toString(t.scalar_type()), ")");
-    }
-    bool shape_ok = t.dim() == static_cast<int64_t>(shape.size());
-    for (size_t i = 0; shape_ok && i < shape.size(); ++i)
-      shape_ok = shape[i] == any || t.size(static_cast<int64_t>(i)) == shape[i];
-    if (!shape_ok) {
-      std::string w = "[";
-      for (size_t i = 0; i < shape.size(); ++i)
-        w += (i ? ", " : "") + (shape[i] == any ? std::string("*") : std::to_string(shape[i]));
-      TORCH_CHECK_VALUE(false, op, ": ", name, " must have shape ", w, "] (got ", dims_of(t), ")");
-    }
-    TORCH_CHECK_VALUE(t.is_contiguous(), op, ": ", name, " must be contiguous (call .contiguous())");
-    TORCH_CHECK_VALUE(!aligned || reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0, op, ": ", name,
-                      " must start at a 16-byte aligned address (a view with a storage offset is not)");
-  }
-};
-
-// preset and head_dim are checked before they narrow to the C ABI's int (so
-// 2^32 + 128 is not taken for 128).
-kvtile_ops_preset_info preset_info_of(const checker& c, int64_t preset, int64_t head_dim) {
-  c.fits_int32({{preset, "preset"}, {head_dim, "head_dim"}});
-  kvtile_ops_preset_info info{};
-  c.result(kvtile_ops_get_preset_info(static_cast<int>(preset), static_cast<int>(head_dim), &info));
-  return info;
-}
-
-int dtype_code(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf: return KVTILE_OPS_FP16;
-    case at::kBFloat16: return KVTILE_OPS_BF16;
-    default: return KVTILE_OPS_FP32;
-  }
-}
-
-std::vector<int64_t> preset_info(int64_t preset, int64_t head_dim) {
-  const auto i = preset_info_of(checker{"kvtile.preset_info"}, preset, head_dim);
-  return {i.tile_tokens, i.key_bits, i.value_bits, i.record_bytes};
-}
-
-bool has_cuda() {
-#ifdef KVTILE_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
+using namespace kvtile_torch;
 
 // Why this build has no device ops ("" with CUDA): setup.py's decision,
 // KVTILE_NO_CUDA_REASON = 1 (KVTILE_CUDA=0 asked for it), 2 (the torch built
 // against has no CUDA), 3 (no CUDA toolkit found). Also kvtile._C.no_cuda_reason.
-const char* no_cuda_reason() {
+const char* kvtile_torch::no_cuda_reason() {
 #if defined(KVTILE_WITH_CUDA)
   return "";
 #elif KVTILE_NO_CUDA_REASON == 2
@@ -159,6 +38,21 @@ const char* no_cuda_reason() {
 #else
   return "this build of kvtile has no CUDA support: it was built with KVTILE_CUDA=0 (the host codec only); "
          "rebuild without it for the device ops";
+#endif
+}
+
+namespace {
+
+std::vector<int64_t> preset_info(int64_t preset, int64_t head_dim) {
+  const auto i = preset_info_of(checker{"kvtile.preset_info"}, preset, head_dim);
+  return {i.tile_tokens, i.key_bits, i.value_bits, i.record_bytes};
+}
+
+bool has_cuda() {
+#ifdef KVTILE_WITH_CUDA
+  return true;
+#else
+  return false;
 #endif
 }
 
@@ -196,13 +90,42 @@ std::tuple<Tensor, Tensor> decode_tiles(const Tensor& records, int64_t preset, i
   return {k, v};
 }
 
+// ---- rotation --------------------------------------------------------------------------
+// x [..., head_dim] (fp16, bf16 or fp32; CPU, or CUDA in a CUDA build) -> the rows rotated by
+// the preset's rotation (inverse: back to the original frame, e.g. the fp16 tails, which the
+// cache keeps rotated), computed in fp32 by the library's transform (rotation.h: the codec's
+// operations, so the result equals the codec's original frame bit for bit), returned as dtype.
+Tensor rotate(const Tensor& x, int64_t preset, bool inverse, at::ScalarType dtype) {
+  checker c{"kvtile.rotate"};
+  TORCH_CHECK_VALUE(x.dim() >= 1, c.op, ": x must have shape [..., head_dim] (got ", dims_of(x), ")");
+  const int64_t head_dim = x.size(-1);
+  preset_info_of(c, preset, head_dim);  // the preset and head_dim are instantiated (else ValueError)
+  const auto fp = [](at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat; };
+  TORCH_CHECK_TYPE(fp(x.scalar_type()), c.op, ": x must have dtype float16, bfloat16 or float32 (got ",
+                   c10::toString(x.scalar_type()), ")");
+  TORCH_CHECK_TYPE(fp(dtype), c.op, ": dtype must be float16, bfloat16 or float32 (got ", c10::toString(dtype), ")");
+  // a new contiguous fp32 copy (never x itself), rotated in place
+  Tensor buf = x.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+  const int64_t rows = buf.numel() / head_dim;
+  c.fits_int32({{rows, "rows (x.numel() / head_dim)"}});
+#ifdef KVTILE_WITH_CUDA
+  if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int e = rotate_rows_cuda(preset, head_dim, buf.data_ptr<float>(), rows, inverse,
+                                   at::cuda::getCurrentCUDAStream(x.device().index()).stream());
+    TORCH_CHECK_VALUE(e != -1, c.op, ": preset ", preset, " with head_dim ", head_dim, " has no rotation");
+    TORCH_CHECK(e == 0, c.op, ": ", cudaGetErrorString(static_cast<cudaError_t>(e)));
+    return buf.to(dtype);
+  }
+#endif
+  TORCH_CHECK_VALUE(rotate_rows_host(preset, head_dim, buf.data_ptr<float>(), rows, inverse), c.op, ": preset ",
+                    preset, " with head_dim ", head_dim, " has no rotation");
+  return buf.to(dtype);
+}
+
 // ---- device ops -----------------------------------------------------------------------
 
 #ifdef KVTILE_WITH_CUDA
-kvtile_ops_stream current_stream(const checker& c) {
-  return reinterpret_cast<kvtile_ops_stream>(at::cuda::getCurrentCUDAStream(c.device->index()).stream());
-}
-
 // The quantized cache's tensors -> the C ABI descriptor.
 //   pages [num_pages, kv_heads, record_bytes] uint8, page_table [num_seqs, max_pages] int32,
 //   seq_lens [num_seqs] int32, tail_k/v [num_slots, kv_heads, G, D] fp16, sinks like tails or None,
@@ -258,67 +181,6 @@ int32_t* flags_ptr(checker& c, const optional<Tensor>& flags, int64_t num_seqs) 
   if (!flags) return nullptr;
   c.cuda(*flags, "flags", {at::kInt}, {num_seqs});
   return flags->data_ptr<int32_t>();
-}
-
-// q, out [num_seqs, q_heads, D] (fp16/bf16), lse [num_seqs, q_heads] fp32 or None, workspace uint8;
-// multi-query (qo_indptr int32 [num_seqs + 1]): q, out, lse have any number of rows.
-void check_decode_io(checker& c, const Tensor& q, const Tensor& out, const optional<Tensor>& lse,
-                     const Tensor& workspace, int64_t num_seqs, int64_t kv_heads, int64_t head_dim,
-                     const optional<Tensor>& qo_indptr = {}) {
-  c.cuda(q, "q", {at::kHalf, at::kBFloat16}, {qo_indptr ? any : num_seqs, any, head_dim});
-  TORCH_CHECK_VALUE(q.size(1) > 0 && q.size(1) % kv_heads == 0, c.op, ": q heads (", q.size(1),
-                    ") must be a positive multiple of kv_heads (", kv_heads, ")");
-  c.same_dtype(out, "out", q, "q");
-  c.cuda(out, "out", {q.scalar_type()}, {q.size(0), q.size(1), head_dim});
-  c.cuda(workspace, "workspace", {at::kByte}, {any}, true);
-  if (lse) c.cuda(*lse, "lse", {at::kFloat}, {q.size(0), q.size(1)});
-  if (qo_indptr) c.cuda(*qo_indptr, "qo_indptr", {at::kInt}, {num_seqs + 1});
-}
-
-// The C ABI params of a decode call (scalars are checked by the C ABI).
-kvtile_ops_decode_params decode_params(const checker& c, int64_t q_heads, at::ScalarType q_dtype,
-                                       double softmax_scale, int64_t num_splits, const optional<Tensor>& qo_indptr,
-                                       int64_t max_q_tokens, int64_t window_left, double logit_softcap) {
-  c.fits_int32({{q_heads, "q_heads"}, {num_splits, "num_splits"}, {max_q_tokens, "max_q_tokens"}});
-  TORCH_CHECK_VALUE(window_left >= -1 && window_left <= INT32_MAX, c.op, ": window_left (", window_left,
-                    ") must be -1 (no window) or in [0, 2^31)");
-  kvtile_ops_decode_params p;
-  c.result(kvtile_ops_decode_params_init(&p, sizeof p));
-  p.q_dtype = q_dtype == at::kBFloat16 ? KVTILE_OPS_BF16 : q_dtype == at::kHalf ? KVTILE_OPS_FP16 : -1;
-  p.q_heads = static_cast<int32_t>(q_heads);
-  p.softmax_scale = static_cast<float>(softmax_scale);
-  p.num_splits = static_cast<int32_t>(num_splits);
-  p.qo_indptr = qo_indptr ? qo_indptr->data_ptr<int32_t>() : nullptr;
-  p.max_q_tokens = static_cast<int32_t>(max_q_tokens);
-  p.window_left = static_cast<int32_t>(window_left);
-  p.logit_softcap = static_cast<float>(logit_softcap);
-  return p;
-}
-
-void set_io(kvtile_ops_decode_params& p, const Tensor& q, const Tensor& out, const optional<Tensor>& lse,
-            const Tensor& workspace) {
-  p.q = q.data_ptr();
-  p.out = out.data_ptr();
-  p.lse = lse ? lse->data_ptr<float>() : nullptr;
-  p.workspace = workspace.data_ptr();
-  p.workspace_bytes = static_cast<size_t>(workspace.numel());
-}
-
-void check_workspace(const checker& c, const Tensor& workspace, size_t need, const char* sizer) {
-  TORCH_CHECK_VALUE(static_cast<size_t>(workspace.numel()) >= need, c.op, ": workspace has ", workspace.numel(),
-                    " bytes, this launch needs ", need, " (", sizer, ")");
-}
-
-// The plan ops: the planned query dtype, and the workspace (at least `need` bytes) into the params.
-void check_q_dtype(const checker& c, at::ScalarType q_dtype) {
-  TORCH_CHECK_TYPE(q_dtype == at::kHalf || q_dtype == at::kBFloat16, c.op,
-                   ": q_dtype must be float16 or bfloat16 (got ", c10::toString(q_dtype), ")");
-}
-void attach_workspace(const checker& c, const Tensor& workspace, size_t need, const char* sizer,
-                      kvtile_ops_decode_params& p) {
-  check_workspace(c, workspace, need, sizer);
-  p.workspace = workspace.data_ptr();
-  p.workspace_bytes = static_cast<size_t>(workspace.numel());
 }
 
 void prefill(const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens, const Tensor& tail_k,
@@ -415,64 +277,6 @@ void decode(const Tensor& pages, const Tensor& page_table, const Tensor& seq_len
   c.result(kvtile_ops_decode_ex(&d, &p, current_stream(c)));
 }
 
-int64_t fp16_decode_workspace_bytes(int64_t head_dim, int64_t kv_heads, int64_t num_seqs, int64_t max_pages_per_seq,
-                                    int64_t q_heads, int64_t num_splits) {
-  checker c{"kvtile.fp16_decode_workspace_bytes"};
-  c.fits_int32({{head_dim, "head_dim"}, {kv_heads, "kv_heads"}, {num_seqs, "num_seqs"},
-                {max_pages_per_seq, "max_pages_per_seq"}, {q_heads, "q_heads"}, {num_splits, "num_splits"}});
-  kvtile_ops_fp16_cache d{};
-  d.head_dim = static_cast<int32_t>(head_dim);
-  d.kv_heads = static_cast<int32_t>(kv_heads);
-  d.num_seqs = static_cast<int32_t>(num_seqs);
-  d.max_pages_per_seq = static_cast<int32_t>(max_pages_per_seq);
-  size_t bytes = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, static_cast<int>(q_heads), static_cast<int>(num_splits), &bytes));
-  return static_cast<int64_t>(bytes);
-}
-
-// The fp16 cache's tensors -> the C ABI descriptor: k_pages, v_pages [num_pages, kv_heads, 64, D] fp16,
-// page_table [num_seqs, max_pages] int32, seq_lens [num_seqs] int32.
-kvtile_ops_fp16_cache fp16_desc(checker& c, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
-                                const Tensor& seq_lens) {
-  const int64_t page_tokens = kvtile_ops_fp16_page_tokens();
-  c.rank(k_pages, "k_pages", 4, "[num_pages, kv_heads, 64, head_dim]");
-  c.rank(page_table, "page_table", 2, "[num_seqs, max_pages_per_seq]");
-  const int64_t kv_heads = k_pages.size(1), head_dim = k_pages.size(3), num_seqs = page_table.size(0);
-  const std::vector<int64_t> page_shape{k_pages.size(0), kv_heads, page_tokens, head_dim};
-  c.cuda(k_pages, "k_pages", {at::kHalf}, page_shape, true);
-  c.cuda(v_pages, "v_pages", {at::kHalf}, page_shape, true);
-  c.cuda(page_table, "page_table", {at::kInt}, {num_seqs, any});
-  c.cuda(seq_lens, "seq_lens", {at::kInt}, {num_seqs});
-  c.fits_int32({{k_pages.size(0), "num_pages"}, {num_seqs, "num_seqs"}, {page_table.size(1), "max_pages_per_seq"}});
-  kvtile_ops_fp16_cache d{};
-  d.head_dim = static_cast<int32_t>(head_dim);
-  d.kv_heads = static_cast<int32_t>(kv_heads);
-  d.num_seqs = static_cast<int32_t>(num_seqs);
-  d.max_pages_per_seq = static_cast<int32_t>(page_table.size(1));
-  d.num_pages = static_cast<int32_t>(k_pages.size(0));
-  d.k = k_pages.data_ptr();
-  d.v = v_pages.data_ptr();
-  d.page_table = page_table.data_ptr<int32_t>();
-  d.seq_lens = seq_lens.data_ptr<int32_t>();
-  return d;
-}
-
-void fp16_decode(const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table, const Tensor& seq_lens,
-                 const Tensor& q, const Tensor& out, const optional<Tensor>& lse, const Tensor& workspace,
-                 double softmax_scale, int64_t num_splits, int64_t window_left, double logit_softcap) {
-  checker c{"kvtile.fp16_decode"};
-  kvtile_ops_fp16_cache d = fp16_desc(c, k_pages, v_pages, page_table, seq_lens);
-  check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim);
-  kvtile_ops_decode_params p =
-      decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
-  size_t need = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, p.q_heads, p.num_splits, &need));
-  check_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes");
-  set_io(p, q, out, lse, workspace);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_fp16_decode_ex(&d, &p, current_stream(c)));
-}
-
 // ---- plan / run ----------------------------------------------------------------------
 // A plan is an int handle (the kvtile_ops_decode_plan pointer) that the Python
 // DecodePlan owns; every op looks it up among the live plans first, so a
@@ -492,12 +296,16 @@ void check_live(const checker& c, bool live, int64_t handle) {
                     " is not a live plan handle (destroyed, or not from kvtile.decode_plan_create)");
 }
 
-kvtile_ops_decode_plan* plan_of(const checker& c, int64_t handle) {
+}  // namespace
+
+kvtile_ops_decode_plan* kvtile_torch::plan_of(const checker& c, int64_t handle) {
   kvtile_ops_decode_plan* p = plan_pointer(handle);
   const std::lock_guard<std::mutex> lock(plans_mutex);
   check_live(c, live_plans().count(p) == 1, handle);
   return p;
 }
+
+namespace {
 
 int64_t decode_plan_create() {
   checker c{"kvtile.decode_plan_create"};
@@ -525,12 +333,6 @@ std::vector<int64_t> decode_plan_info(int64_t handle) {
   int32_t ctas = 0, chunks = 0;
   c.result(kvtile_ops_decode_plan_info(plan_of(c, handle), &ctas, &chunks));
   return {ctas, chunks};
-}
-
-// host_seq_lens: CPU int32 [num_seqs], the lengths seq_lens will hold when run executes.
-const int32_t* host_lens(checker& c, const Tensor& host_seq_lens, int64_t num_seqs) {
-  c.cpu(host_seq_lens, "host_seq_lens", {at::kInt}, {num_seqs});
-  return host_seq_lens.data_ptr<int32_t>();
 }
 
 void decode_plan(int64_t handle, const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens,
@@ -572,45 +374,6 @@ void decode_run(int64_t handle, const Tensor& pages, const Tensor& page_table, c
   c.result(kvtile_ops_decode_plan_run(plan, &d, &p, current_stream(c)));
 }
 
-void fp16_decode_plan(int64_t handle, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
-                      const Tensor& seq_lens, const Tensor& host_seq_lens, const Tensor& workspace, int64_t q_heads,
-                      at::ScalarType q_dtype, double softmax_scale, int64_t num_splits, int64_t window_left,
-                      double logit_softcap) {
-  checker c{"kvtile.fp16_decode_plan"};
-  kvtile_ops_decode_plan* plan = plan_of(c, handle);
-  kvtile_ops_fp16_cache d = fp16_desc(c, k_pages, v_pages, page_table, seq_lens);
-  const int32_t* lens = host_lens(c, host_seq_lens, d.num_seqs);
-  c.cuda(workspace, "workspace", {at::kByte}, {any}, true);
-  check_q_dtype(c, q_dtype);
-  kvtile_ops_decode_params p =
-      decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
-  size_t need = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, p.q_heads, p.num_splits, &need));
-  attach_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes", p);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode_plan_build_fp16(plan, &d, lens, &p, current_stream(c)));
-}
-
-void fp16_decode_run(int64_t handle, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
-                     const Tensor& seq_lens, const Tensor& q, const Tensor& out, const optional<Tensor>& lse,
-                     const Tensor& workspace, double softmax_scale, int64_t num_splits, int64_t window_left,
-                     double logit_softcap) {
-  checker c{"kvtile.fp16_decode_run"};
-  const kvtile_ops_decode_plan* plan = plan_of(c, handle);
-  kvtile_ops_fp16_cache d = fp16_desc(c, k_pages, v_pages, page_table, seq_lens);
-  check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim);
-  kvtile_ops_decode_params p =
-      decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
-  set_io(p, q, out, lse, workspace);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode_plan_run_fp16(plan, &d, &p, current_stream(c)));
-}
-#else
-// A build without CUDA: every device op (whatever its arguments) raises, naming
-// why setup.py built it CPU-only.
-void no_cuda(const c10::OperatorHandle& op, torch::jit::Stack*) {
-  TORCH_CHECK(false, op.schema().name(), ": ", no_cuda_reason());
-}
 #endif
 
 }  // namespace
@@ -626,6 +389,7 @@ TORCH_LIBRARY(kvtile, m) {
   m.def("has_cuda() -> bool", &has_cuda);
   m.def("encode_tiles(Tensor keys, Tensor values, int preset, bool paged) -> Tensor");
   m.def("decode_tiles(Tensor records, int preset, int head_dim, ScalarType dtype, bool original_frame) -> (Tensor, Tensor)");
+  m.def("rotate(Tensor x, int preset, bool inverse, ScalarType dtype) -> Tensor");
   m.def("prefill(Tensor(a!) pages, Tensor page_table, Tensor seq_lens, Tensor(b!) tail_k, Tensor(c!) tail_v, "
         "Tensor(d!)? sink_k, Tensor(e!)? sink_v, Tensor? tail_slots, Tensor k, Tensor v, Tensor cu_seqlens, "
         "int max_tokens_per_seq, int preset, Tensor(f!)? flags) -> ()");
@@ -636,50 +400,39 @@ TORCH_LIBRARY(kvtile, m) {
         "bool original_frame) -> ()");
   m.def("decode(" KVTILE_CACHE_ARGS "Tensor q, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, "
         "float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
-  m.def("fp16_decode(Tensor k_pages, Tensor v_pages, Tensor page_table, Tensor seq_lens, Tensor q, Tensor(a!) out, "
-        "Tensor(b!)? lse, Tensor(c!) workspace, float softmax_scale, int num_splits, int window_left=-1, "
-        "float logit_softcap=0.0) -> ()");
   // plan / run: plan reads host_seq_lens (CPU int32) and writes the work list into the workspace
   m.def("decode_plan(int plan, " KVTILE_CACHE_ARGS "Tensor host_seq_lens, Tensor(a!) workspace, int q_heads, "
         "ScalarType q_dtype, float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
   m.def("decode_run(int plan, " KVTILE_CACHE_ARGS "Tensor q, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, "
         "float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
-  m.def("fp16_decode_plan(int plan, Tensor k_pages, Tensor v_pages, Tensor page_table, Tensor seq_lens, "
-        "Tensor host_seq_lens, Tensor(a!) workspace, int q_heads, ScalarType q_dtype, float softmax_scale, "
-        "int num_splits, int window_left=-1, float logit_softcap=0.0) -> ()");
-  m.def("fp16_decode_run(int plan, Tensor k_pages, Tensor v_pages, Tensor page_table, Tensor seq_lens, Tensor q, "
-        "Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, float softmax_scale, int num_splits, "
-        "int window_left=-1, float logit_softcap=0.0) -> ()");
   // ops without tensor arguments: one kernel for every backend
   const char* ws = "decode_workspace_bytes(int preset, int head_dim, int kv_heads, int num_seqs, "
                    "int max_pages_per_seq, int q_heads, int num_splits, int max_q_tokens=1) -> int";
-  const char* fp16_ws = "fp16_decode_workspace_bytes(int head_dim, int kv_heads, int num_seqs, int max_pages_per_seq, "
-                        "int q_heads, int num_splits) -> int";
   const char* create = "decode_plan_create() -> int";
   const char* destroy = "decode_plan_destroy(int plan) -> ()";
   const char* info = "decode_plan_info(int plan) -> int[]";
 #ifdef KVTILE_WITH_CUDA
   m.def(ws, &decode_workspace_bytes);
-  m.def(fp16_ws, &fp16_decode_workspace_bytes);
   m.def(create, &decode_plan_create);
   m.def(destroy, &decode_plan_destroy);
   m.def(info, &decode_plan_info);
 #else
-  for (const char* schema : {ws, fp16_ws, create, destroy, info})
+  for (const char* schema : {ws, create, destroy, info})
     m.def(schema, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
 #endif
 }
 
 #define KVTILE_DEVICE_OPS(X) \
-  X(prefill) X(append) X(dequantize_pages) X(decode) X(fp16_decode) X(decode_plan) X(decode_run) \
-  X(fp16_decode_plan) X(fp16_decode_run)
+  X(prefill) X(append) X(dequantize_pages) X(decode) X(decode_plan) X(decode_run)
 
 // The host codec ops run on CPU tensors; registered for CUDA too so that CUDA
-// tensors get kvtile's "must be a CPU tensor" instead of the dispatcher's error.
+// tensors get kvtile's "must be a CPU tensor" instead of the dispatcher's error
+// (rotate runs on both: rotation.cu in a CUDA build).
 // The device ops are registered for CPU too, for the same reason.
 TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
   m.impl("encode_tiles", &encode_tiles);
   m.impl("decode_tiles", &decode_tiles);
+  m.impl("rotate", &rotate);
 #ifdef KVTILE_WITH_CUDA
 #define KVTILE_IMPL(op) m.impl(#op, &op);
   KVTILE_DEVICE_OPS(KVTILE_IMPL)
@@ -693,6 +446,7 @@ TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
 TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
   m.impl("encode_tiles", &encode_tiles);
   m.impl("decode_tiles", &decode_tiles);
+  m.impl("rotate", &rotate);  // rotation.cu
 #define KVTILE_IMPL(op) m.impl(#op, &op);
   KVTILE_DEVICE_OPS(KVTILE_IMPL)
 #undef KVTILE_IMPL
