@@ -2,7 +2,7 @@
 import torch
 
 from ._cache import _check_cache
-from ._registry import _ops, has_cuda
+from ._registry import _FP16_PAGE_TOKENS, _ops, has_cuda
 from ._validate import _check_q, _heads, _int, _pages_per_seq, _scale, _softcap, _window
 
 
@@ -10,7 +10,7 @@ class Fp16PagedCache:
     """An unquantized paged fp16 cache (64-token pages, original frame) read by kvtile's fp16
     decode kernel: the baseline next to PagedCache. k, v [num_pages, kv_heads, 64, D]."""
 
-    page_tokens = 64
+    page_tokens = _FP16_PAGE_TOKENS  # the fp16 kernels' page size (kvtile::fp16_page_tokens)
 
     def __init__(self, max_seqs, max_tokens_per_seq, kv_heads, head_dim, q_heads=None, device=None):
         op = "kvtile.Fp16PagedCache"

@@ -6,17 +6,16 @@ from . import _C  # noqa: F401  (loads the library that registers torch.ops.kvti
 
 _ops = torch.ops.kvtile
 
-# Most new query tokens per sequence of a multi-query decode (KVTILE_OPS_MAX_Q_TOKENS).
-MAX_Q_TOKENS = 8
+# The C ABI's registry and limits (kvtile_ops.h, which mirrors the library's
+# one preset table and constants): nothing here is written a second time.
+_NUM_PRESETS, MAX_Q_TOKENS, MAX_DRAFT_TOKENS, FLAG_BAD_DRAFTS, _FP16_PAGE_TOKENS = (
+    int(v) for v in _ops.abi_limits())
+# MAX_Q_TOKENS: most new query tokens per sequence of a multi-query decode.
+# MAX_DRAFT_TOKENS: most draft tokens per row of one verify step.
+# FLAG_BAD_DRAFTS: flag bit of a row that broke the draft rules.
 
 # Preset name -> id of kvtile_ops.h (KVTILE_OPS_K4V2_G128, ...).
-PRESETS = {"k4v2_g128": 0, "k4v4_g128": 1, "k2v2_g128": 2}
-
-# Most draft tokens per row of one verify step (KVTILE_OPS_MAX_DRAFT_TOKENS).
-MAX_DRAFT_TOKENS = 8
-
-# Flag bit of a row that broke the draft rules (KVTILE_OPS_FLAG_BAD_DRAFTS).
-FLAG_BAD_DRAFTS = 32
+PRESETS = {_ops.preset_name(i): i for i in range(_NUM_PRESETS)}
 
 
 def _preset_id(preset):

@@ -48,6 +48,21 @@ std::vector<int64_t> preset_info(int64_t preset, int64_t head_dim) {
   return {i.tile_tokens, i.key_bits, i.value_bits, i.record_bytes};
 }
 
+// The C ABI's registry and limits, from which the package takes its PRESETS,
+// MAX_Q_TOKENS, MAX_DRAFT_TOKENS, FLAG_BAD_DRAFTS and fp16 page size (the C
+// constants mirror the core's: ops/src/ops_internal.hpp).
+std::string preset_name(int64_t preset) {
+  const char* name = preset >= 0 && preset < KVTILE_OPS_NUM_PRESETS ? kvtile_ops_preset_name(static_cast<int>(preset))
+                                                                     : nullptr;
+  TORCH_CHECK_VALUE(name != nullptr, "kvtile.preset_name: preset ", preset, " is not in [0, ", KVTILE_OPS_NUM_PRESETS,
+                    ")");
+  return name;
+}
+std::vector<int64_t> abi_limits() {
+  return {KVTILE_OPS_NUM_PRESETS, KVTILE_OPS_MAX_Q_TOKENS, KVTILE_OPS_MAX_DRAFT_TOKENS, KVTILE_OPS_FLAG_BAD_DRAFTS,
+          kvtile_ops_fp16_page_tokens()};
+}
+
 bool has_cuda() {
 #ifdef KVTILE_WITH_CUDA
   return true;
@@ -255,7 +270,7 @@ int64_t decode_workspace_bytes(int64_t preset, int64_t head_dim, int64_t kv_head
   d.max_pages_per_seq = static_cast<int32_t>(max_pages_per_seq);
   kvtile_ops_decode_params p = decode_params(c, q_heads, at::kHalf, 1.0, num_splits, {}, max_q_tokens, -1, 0.0);
   size_t bytes = 0;
-  c.result(kvtile_ops_decode_workspace_bytes_ex(&d, &p, &bytes));
+  c.result(kvtile_ops_decode_workspace_bytes(&d, &p, &bytes));
   return static_cast<int64_t>(bytes);
 }
 
@@ -270,11 +285,11 @@ void decode(const Tensor& pages, const Tensor& page_table, const Tensor& seq_len
   kvtile_ops_decode_params p = decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, qo_indptr,
                                              max_q_tokens, window_left, logit_softcap);
   size_t need = 0;
-  c.result(kvtile_ops_decode_workspace_bytes_ex(&d, &p, &need));
+  c.result(kvtile_ops_decode_workspace_bytes(&d, &p, &need));
   check_workspace(c, workspace, need, "kvtile.decode_workspace_bytes");
   set_io(p, q, out, lse, workspace);
   const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode_ex(&d, &p, current_stream(c)));
+  c.result(kvtile_ops_decode(&d, &p, current_stream(c)));
 }
 
 // ---- plan / run ----------------------------------------------------------------------
@@ -351,7 +366,7 @@ void decode_plan(int64_t handle, const Tensor& pages, const Tensor& page_table, 
   kvtile_ops_decode_params p = decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, qo_indptr, max_q_tokens,
                                              window_left, logit_softcap);
   size_t need = 0;
-  c.result(kvtile_ops_decode_workspace_bytes_ex(&d, &p, &need));
+  c.result(kvtile_ops_decode_workspace_bytes(&d, &p, &need));
   attach_workspace(c, workspace, need, "kvtile.decode_workspace_bytes", p);
   const c10::cuda::CUDAGuard guard(*c.device);
   c.result(kvtile_ops_decode_plan_build(plan, &d, lens, &p, current_stream(c)));
@@ -387,6 +402,8 @@ void decode_run(int64_t handle, const Tensor& pages, const Tensor& page_table, c
 TORCH_LIBRARY(kvtile, m) {
   m.def("preset_info(int preset, int head_dim) -> int[]", &preset_info);
   m.def("has_cuda() -> bool", &has_cuda);
+  m.def("preset_name(int preset) -> str", &preset_name);
+  m.def("abi_limits() -> int[]", &abi_limits);
   m.def("encode_tiles(Tensor keys, Tensor values, int preset, bool paged) -> Tensor");
   m.def("decode_tiles(Tensor records, int preset, int head_dim, ScalarType dtype, bool original_frame) -> (Tensor, Tensor)");
   m.def("rotate(Tensor x, int preset, bool inverse, ScalarType dtype) -> Tensor");

@@ -22,8 +22,9 @@ int64_t fp16_decode_workspace_bytes(int64_t head_dim, int64_t kv_heads, int64_t 
   d.kv_heads = static_cast<int32_t>(kv_heads);
   d.num_seqs = static_cast<int32_t>(num_seqs);
   d.max_pages_per_seq = static_cast<int32_t>(max_pages_per_seq);
+  kvtile_ops_decode_params p = decode_params(c, q_heads, at::kHalf, 1.0, num_splits, {}, 1, -1, 0.0);
   size_t bytes = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, static_cast<int>(q_heads), static_cast<int>(num_splits), &bytes));
+  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, &p, &bytes));
   return static_cast<int64_t>(bytes);
 }
 
@@ -63,11 +64,11 @@ void fp16_decode(const Tensor& k_pages, const Tensor& v_pages, const Tensor& pag
   kvtile_ops_decode_params p =
       decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
   size_t need = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, p.q_heads, p.num_splits, &need));
+  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, &p, &need));
   check_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes");
   set_io(p, q, out, lse, workspace);
   const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_fp16_decode_ex(&d, &p, current_stream(c)));
+  c.result(kvtile_ops_fp16_decode(&d, &p, current_stream(c)));
 }
 
 void fp16_decode_plan(int64_t handle, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
@@ -83,7 +84,7 @@ void fp16_decode_plan(int64_t handle, const Tensor& k_pages, const Tensor& v_pag
   kvtile_ops_decode_params p =
       decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
   size_t need = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, p.q_heads, p.num_splits, &need));
+  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, &p, &need));
   attach_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes", p);
   const c10::cuda::CUDAGuard guard(*c.device);
   c.result(kvtile_ops_decode_plan_build_fp16(plan, &d, lens, &p, current_stream(c)));

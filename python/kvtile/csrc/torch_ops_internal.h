@@ -154,8 +154,10 @@ inline kvtile_ops_decode_params decode_params(const checker& c, int64_t q_heads,
                                        double softmax_scale, int64_t num_splits, const optional<Tensor>& qo_indptr,
                                        int64_t max_q_tokens, int64_t window_left, double logit_softcap) {
   c.fits_int32({{q_heads, "q_heads"}, {num_splits, "num_splits"}, {max_q_tokens, "max_q_tokens"}});
-  TORCH_CHECK_VALUE(window_left >= -1 && window_left <= INT32_MAX, c.op, ": window_left (", window_left,
-                    ") must be -1 (no window) or in [0, 2^31)");
+  // Only what narrowing to the C ABI's int32 needs; the rule (-1 or >= 0) is the core's
+  // (kvtile::attention::check_decode_options, reported by the C ABI).
+  TORCH_CHECK_VALUE(window_left >= INT32_MIN && window_left <= INT32_MAX, c.op, ": window_left (", window_left,
+                    ") must fit in int32");
   kvtile_ops_decode_params p;
   c.result(kvtile_ops_decode_params_init(&p, sizeof p));
   p.q_dtype = q_dtype == at::kBFloat16 ? KVTILE_OPS_BF16 : q_dtype == at::kHalf ? KVTILE_OPS_FP16 : -1;
