@@ -1,8 +1,8 @@
 # KvtileCuda.cmake: optional CUDA support for kvtile's own targets.
 #
 # Included at file scope from the top-level CMakeLists.txt (enable_language may
-# not run inside a function). Sets KVTILE_HAS_CUDA and the cache variable
-# KVTILE_CUDA_ARCHITECTURES. Never fails when no CUDA compiler exists.
+# not run inside a function). Sets KVTILE_HAS_CUDA, KVTILE_CUDA_PTX_ONLY and the
+# cache variable KVTILE_CUDA_ARCHITECTURES. Never fails when no CUDA compiler exists.
 include(CheckLanguage)
 
 # nvcc is often installed but not on PATH: look in the usual places before
@@ -56,6 +56,14 @@ if(CMAKE_CUDA_COMPILER)
                     "set KVTILE_CUDA_ARCHITECTURES or use a newer toolkit. CUDA targets disabled")
   else()
     set(KVTILE_HAS_CUDA ON)
+    # PTX only (every entry NN-virtual, e.g. the gpu-jit* presets): the tests and
+    # benchmarks run with CUDA_FORCE_PTX_JIT=1 and carry the CTest label ptx-jit.
+    # KVTILE_PTX_JIT_ENVIRONMENT is their ENVIRONMENT (with a JIT cache large
+    # enough for the attention kernels; the driver's default is 256 MiB).
+    if(KVTILE_CUDA_ARCHITECTURES MATCHES "^[0-9]+[a-z]?-virtual(;[0-9]+[a-z]?-virtual)*$")
+      set(KVTILE_CUDA_PTX_ONLY ON)
+      set(KVTILE_PTX_JIT_ENVIRONMENT "CUDA_FORCE_PTX_JIT=1;CUDA_CACHE_MAXSIZE=4294967296")
+    endif()
     message(STATUS "kvtile: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}), "
                    "architectures ${KVTILE_CUDA_ARCHITECTURES}")
   endif()

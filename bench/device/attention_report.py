@@ -3,7 +3,11 @@
 
 Usage: python3 bench/device/attention_report.py --attention attention.json [--sdpa sdpa.json]
            [--jit80 attention_jit80.json] [--previous attention_old.json --previous-name REV]
-           --date D --gpu "..." --command "..." --out PREFIX
+           [--date D] [--gpu "..."] [--command "..."] --out PREFIX
+
+--date defaults to today (UTC), --gpu to the device named in attention.json. A
+--sdpa file that does not exist is left out (the SDPA run was skipped); exit 77
+(CTest bench/attention_report: skipped) when attention.json does not exist.
 
 Reads the JSON written by bench/device/attention.cu (--json) and by sdpa_bench.py
 (same device call), writes PREFIX.json (both merged) and PREFIX.md: one row per
@@ -17,8 +21,11 @@ build's bench_attention, same call) an "Architectures" section compares each
 with the Hopper policy row by row.
 """
 import argparse
+import datetime
 import json
 import math
+import os
+import sys
 
 
 def shape_key(r):
@@ -97,15 +104,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attention", required=True)
     ap.add_argument("--sdpa")
-    ap.add_argument("--date", required=True)
-    ap.add_argument("--gpu", required=True)
-    ap.add_argument("--command", required=True)
+    ap.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
+    ap.add_argument("--gpu")
+    ap.add_argument("--command", default="bench_attention --policies --iters 50")
     ap.add_argument("--out", required=True)
     ap.add_argument("--jit80")
     ap.add_argument("--previous")
     ap.add_argument("--previous-name", default="previous")
     a = ap.parse_args()
+    if not os.path.exists(a.attention):
+        print(f"SKIPPED: {a.attention} does not exist (no attention benchmark run)")
+        sys.exit(77)
     att = json.load(open(a.attention))
+    if a.gpu is None:
+        a.gpu = att.get("device", "unknown GPU")
+    if a.sdpa and not os.path.exists(a.sdpa):
+        print(f"note: {a.sdpa} does not exist; no SDPA columns")
+        a.sdpa = None
     sdpa = json.load(open(a.sdpa)) if a.sdpa else None
     jit80 = json.load(open(a.jit80)) if a.jit80 else None
     prev = json.load(open(a.previous)) if a.previous else None

@@ -9,15 +9,21 @@ Variants at (16, 32, 8, 128, 64K), for the kvtile rows of the same names: `bf16`
 new tokens last: `causal_lower_right`; the efficient backend is tried too, since
 not every backend takes that bias).
 Usage: python3 bench/device/sdpa_bench.py [--json FILE] [--iters N]
+Exit 77 (CTest: skipped) without PyTorch or a CUDA device.
 """
 import argparse
 import json
 import statistics
+import sys
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.bias import causal_lower_right
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+except ImportError as e:  # CTest bench/sdpa: 77 = skipped
+    print(f"SKIPPED: PyTorch with torch.nn.attention not importable ({e})")
+    sys.exit(77)
 
 SHAPES = [(1, 32, 8, 128, 16384), (1, 32, 8, 128, 65536), (1, 32, 8, 128, 262144), (2, 32, 8, 128, 32768),
           (4, 32, 8, 128, 16384), (2, 8, 1, 128, 32768), (16, 32, 8, 128, 65536), (8, 128, 8, 128, 32768),
@@ -31,6 +37,9 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--iters", type=int, default=60)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA device for PyTorch")
+        sys.exit(77)
     dev = torch.device("cuda")
     flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
     results = []

@@ -3,6 +3,7 @@
 // checks before launch, the fp16 baseline kernel against fp64, and the
 // decode_plan tests of attention_plan.cuh. `--small` runs a reduced set (for
 // compute-sanitizer).
+// ctest-sanitize: run --small
 #include "attention_common.cuh"
 #include "attention_plan.cuh"
 

@@ -17,6 +17,7 @@
 //
 // Without --policy every forced policy runs. The default chain (Hopper policy
 // on an H200) is covered by attention.cu and the sweeps.
+// ctest-sanitize: run --small
 #include "attention_common.cuh"
 #include "attention_plan.cuh"
 #include "attention_sweep.cuh"

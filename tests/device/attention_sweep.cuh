@@ -1,5 +1,5 @@
 // tests/device/attention_sweep.cuh: the preset x G x D accuracy sweep of one
-// packing, shared by attention_fp8.cu and attention_fp16_scales.cu.
+// packing and head_dim (attention_sweep.cu, built once per packing and D).
 #pragma once
 
 #include "attention_common.cuh"

@@ -13,6 +13,7 @@
 //   - PDL as an explicit launch option;
 //   - reset_launch_setup() after cudaDeviceReset.
 // Exit 0 pass, 1 fail, 77 no device.
+// ctest-sanitize: off (provokes CUDA API errors on purpose)
 #include "gpu_codec_common.cuh"
 
 namespace {

@@ -16,6 +16,7 @@
 // Decode attention is not run here (its launcher is being reworked; the
 // attention tests cover it on one GPU).
 // Exit 0 pass, 1 fail, 77 no device.
+// ctest-sanitize: run
 #include "gpu_codec_common.cuh"
 
 #include <memory>

@@ -26,6 +26,7 @@
 // Build: nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include tests/device/numeric.cu
 // (also passes with --use_fast_math: kvtile's conversions use integer operations
 // only, so flush-to-zero does not change them).
+// ctest-sanitize: run --host-stride 4096
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>

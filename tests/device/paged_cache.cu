@@ -19,6 +19,7 @@
 // one config has tokens up to the fp16 limit (saturated rotations, decoded
 // values clamped to +-65504).
 // Exit 0 pass, 1 fail, 77 no device. --quick: small sizes (compute-sanitizer).
+// ctest-sanitize: run --quick
 #include "gpu_codec_common.cuh"
 
 namespace {

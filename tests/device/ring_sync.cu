@@ -1,7 +1,7 @@
 // tests/device/ring_sync.cu: the stage synchronization of decode attention's
 // 16-row ring kernel in isolation (detail/pipeline.cuh warp_loop, H = 2),
 // checked for results here and for hazards by compute-sanitizer's racecheck
-// (scripts/gpu_session.sh, stage sanitize).
+// (CTest sanitize/racecheck/ring_sync, label sanitizer).
 //
 // 8 warps = 4 rings of 2 warps; ring r takes tiles r, r + 4, ... of n; warp 0
 // of a ring bulk-copies a tile into one of the ring's 2 stages (full mbarrier),
@@ -19,6 +19,7 @@
 // the full kernel (attention --small) it reports unequal counts, so warp_loop
 // pads as mode 3 does. The default run is expected racecheck-clean.
 // Exit 0 pass, 1 fail, 77 no device (or not sm_90: bulk copies).
+// ctest-sanitize: run
 #include "gpu_codec_common.cuh"
 
 #include <kvtile/device/attention/detail/fragments.cuh>

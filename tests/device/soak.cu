@@ -23,6 +23,7 @@
 // Only public APIs are used. Exit 0 pass, 1 fail, 77 no device.
 // Options: --small (compute-sanitizer sizes), --seed N, --seqs N (config 1),
 // --live N (config 1), --max-len N, --ckpt N, --attn-sample N, --only 1|2.
+// ctest-sanitize: run --small
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -15,6 +15,7 @@
 //      bit for bit, as an unshared copy, and reads the same afterwards; the
 //      shared pages are never written.
 // Exit 0 pass, 1 fail, 77 no device.
+// ctest-sanitize: run
 #include "gpu_codec_common.cuh"
 
 #include <kvtile/device/attention/paged_decode.cuh>
