@@ -12,7 +12,10 @@
 #   -p         the Python package: pip install ./python from a fresh copy of the
 #              tree (git ls-files, or everything but build outputs), then pytest
 #              tests/python against the installed package (KVTILE_TEST_PACKAGE=installed;
-#              KVTILE_CUDA_ARCHS, MAX_JOBS, KVTILE_TINYLM are passed through)
+#              KVTILE_CUDA_ARCHS, MAX_JOBS, KVTILE_TINYLM are passed through); with
+#              KVTILE_TINYLM (a model directory) also the end-to-end examples
+#              examples/torch/tinylm_e2e.py and spec_bench.py, their tables in
+#              OUT/results/python/{e2e,spec_bench}.{json,md}
 #   -o OUT     where logs go (default build/gpu-run)
 #
 # Steps run in this order: every -b, every -t, -p. At the end OUT/gpu-run.tar.gz
@@ -80,6 +83,13 @@ if (( python )); then
       env KVTILE_TEST_PACKAGE=installed python3 -m pytest -rs -q -p no:cacheprovider tests/python) || rc=1
   tail -n 2 "$out/pytest.log" 2> /dev/null | tee -a "$summary"
   rm -rf "$fresh"
+  if [[ -n ${KVTILE_TINYLM:-} ]]; then
+    mkdir -p "$out/results/python"
+    for ex in tinylm_e2e:e2e spec_bench:spec_bench; do
+      step "examples/torch/${ex%%:*}.py" "$out/${ex#*:}.log" python3 "examples/torch/${ex%%:*}.py" \
+        --model "$KVTILE_TINYLM" --json "$out/results/python/${ex#*:}.json" --md "$out/results/python/${ex#*:}.md"
+    done
+  fi
 fi
 
 # the benchmark results of every configured build directory, as OUT/results/<build dir>/
