@@ -19,8 +19,21 @@ struct device_ops {
   using half_t = kvtile::half_t;
   using bf16_t = kvtile::bfloat16_t;
 
+  // The view's structural rule a launcher would refuse, reported with its
+  // text (the launchers return the same status without one); 0 when none.
+  static int check_view(const kvtile_ops_cache& c, const char* function, bool pages_only = false) {
+    const auto view = make_view<Codec>(c);
+    const auto rb = static_cast<std::int64_t>(Codec::record_bytes);
+    const kvtile::view_error e = pages_only ? kvtile::pages_error(view, rb, Codec::D, Codec::G)
+                                            : kvtile::structure_error(view, rb, Codec::D, Codec::G);
+    return e ? fail(static_cast<int>(e.code), "%s: %s", function, e.rule) : KVTILE_OPS_SUCCESS;
+  }
+  static bool token_dtype(int dtype) { return dtype == KVTILE_OPS_FP16 || dtype == KVTILE_OPS_BF16; }
+
   static int prefill(const kvtile_ops_cache& c, int dtype, const void* k, const void* v, const std::int32_t* cu,
                      std::int64_t max_tokens, std::int32_t* flags, kvtile_ops_stream stream) {
+    if (token_dtype(dtype))
+      if (int e = check_view(c, "kvtile_ops_prefill")) return e;
     const auto view = make_view<Codec>(c);
     const auto st = reinterpret_cast<cudaStream_t>(stream);
     if (dtype == KVTILE_OPS_FP16)
@@ -38,6 +51,8 @@ struct device_ops {
 
   static int append(const kvtile_ops_cache& c, int dtype, const void* k, const void* v, std::int32_t* flags,
                     kvtile_ops_stream stream) {
+    if (token_dtype(dtype))
+      if (int e = check_view(c, "kvtile_ops_append")) return e;
     const auto view = make_view<Codec>(c);
     const auto st = reinterpret_cast<cudaStream_t>(stream);
     if (dtype == KVTILE_OPS_FP16)
@@ -55,6 +70,8 @@ struct device_ops {
                               void* ov, int frame, kvtile_ops_stream stream) {
     if (frame != KVTILE_OPS_FRAME_ORIGINAL && frame != KVTILE_OPS_FRAME_ROTATED)
       return fail(KVTILE_OPS_INVALID_ARGUMENT, "kvtile_ops_dequantize_pages: frame %d is not 0 or 1", frame);
+    if (!ids || !ok || !ov) return fail(KVTILE_OPS_NULL_POINTER, "kvtile_ops_dequantize_pages: page_ids, out_k or out_v is NULL");
+    if (int e = check_view(c, "kvtile_ops_dequantize_pages", true)) return e;
     const auto view = make_view<Codec>(c);
     return launch_result(
         kvtile::device::launch_dequantize_pages<Codec>(
@@ -72,6 +89,7 @@ struct device_ops {
 
   static int launch_decode(const kvtile_ops_cache& c, const kvtile_ops_decode_params& p, kvtile_ops_stream stream,
                            const char* function) {
+    if (int e = check_view(c, function)) return e;
     const auto view = make_view<Codec>(c);
     return with_args(p, false, [&](const auto& a) {
       return launch_result(kvtile::attention::paged_decode<Codec>(view, a, reinterpret_cast<cudaStream_t>(stream)),
@@ -85,6 +103,7 @@ struct device_ops {
 
   static int plan(void* impl, const kvtile_ops_cache& c, const std::int32_t* lens, const kvtile_ops_decode_params& p,
                   kvtile_ops_stream stream) {
+    if (int e = check_view(c, "kvtile_ops_decode_plan_build")) return e;
     auto* plan = static_cast<kvtile::attention::decode_plan*>(impl);
     const auto view = make_view<Codec>(c);
     return with_args(p, true, [&](const auto& a) {
@@ -95,6 +114,7 @@ struct device_ops {
 
   static int run(const void* impl, const kvtile_ops_cache& c, const kvtile_ops_decode_params& p,
                  kvtile_ops_stream stream) {
+    if (int e = check_view(c, "kvtile_ops_decode_plan_run")) return e;
     const auto* plan = static_cast<const kvtile::attention::decode_plan*>(impl);
     const auto view = make_view<Codec>(c);
     return with_args(p, false, [&](const auto& a) {

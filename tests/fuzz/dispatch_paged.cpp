@@ -79,15 +79,18 @@ status model_structure(const paged_cache_view& v, std::int64_t rb, int hd, int g
   if (!v.sink_k != !v.sink_v) return status::invalid_argument;
   if (v.head_dim != hd) return status::unsupported_head_dim;
   if (v.tile_tokens != g) return status::unsupported_tile_tokens;
-  if (v.record_bytes != rb) return status::invalid_argument;
-  if (v.num_seqs < 0 || v.kv_heads <= 0 || v.max_pages_per_seq < 0 || v.num_pages < 0) return status::invalid_argument;
-  if (v.head_dim <= 0 || v.tile_tokens <= 0 || v.record_bytes <= 0) return status::invalid_argument;
+  if (v.record_bytes != rb || v.record_bytes <= 0) return status::invalid_argument;
+  // the records part (pages_error), then the rest
+  if (v.head_dim <= 0 || v.tile_tokens <= 0) return status::invalid_argument;
+  if (v.kv_heads <= 0 || v.num_pages < 0) return status::invalid_argument;
   std::int64_t t;
-  if (__builtin_mul_overflow(static_cast<std::int64_t>(v.num_pages) * v.kv_heads, v.record_bytes, &t) ||
-      __builtin_mul_overflow(static_cast<std::int64_t>(v.num_seqs) * v.kv_heads,
-                             static_cast<std::int64_t>(v.tile_tokens) * v.head_dim, &t))
+  if (__builtin_mul_overflow(static_cast<std::int64_t>(v.num_pages) * v.kv_heads, v.record_bytes, &t))
     return status::invalid_argument;
   if (mis(v.pages) || v.record_bytes % 16 != 0) return status::misaligned;
+  if (v.num_seqs < 0 || v.max_pages_per_seq < 0) return status::invalid_argument;
+  if (__builtin_mul_overflow(static_cast<std::int64_t>(v.num_seqs) * v.kv_heads,
+                             static_cast<std::int64_t>(v.tile_tokens) * v.head_dim, &t))
+    return status::invalid_argument;
   if (mis(v.tail_k) || mis(v.tail_v)) return status::misaligned;
   if (v.sink_k && (mis(v.sink_k) || mis(v.sink_v))) return status::misaligned;
   return status::success;

@@ -80,32 +80,69 @@ struct paged_cache_view {
   }
 };
 
+// A view that breaks a structural rule: the status and the rule, which every
+// layer reports ("<function>: <rule>"; the C ABI, the torch ops).
+struct view_error {
+  status code = status::success;
+  const char* rule = "";
+  constexpr explicit operator bool() const noexcept { return code != status::success; }
+};
+
+// The records part of a view, what a reader of pages alone needs
+// (launch_dequantize_pages, and validate_structure): pages present, head_dim,
+// tile tokens and record_bytes those of the codec, kv_heads > 0, num_pages
+// >= 0, every record offset representable in int64, records 16-byte aligned.
+inline view_error pages_error(const paged_cache_view& v, std::int64_t expected_record_bytes, int expected_head_dim,
+                              int expected_tile_tokens) {
+  if (!v.pages) return {status::null_pointer, "pages is null"};
+  if (v.head_dim != expected_head_dim) return {status::unsupported_head_dim, "head_dim is not the codec's"};
+  if (v.tile_tokens != expected_tile_tokens) return {status::unsupported_tile_tokens, "tile_tokens is not the codec's G"};
+  if (v.record_bytes != expected_record_bytes || v.record_bytes <= 0)
+    return {status::invalid_argument, "record_bytes is not the codec's"};
+  if (v.head_dim <= 0 || v.tile_tokens <= 0) return {status::invalid_argument, "head_dim and tile_tokens must be > 0"};
+  if (v.kv_heads <= 0 || v.num_pages < 0) return {status::invalid_argument, "kv_heads must be > 0 and num_pages >= 0"};
+  // Every offset record() computes must fit in int64 (no signed overflow).
+  if (static_cast<std::int64_t>(v.num_pages) * v.kv_heads > INT64_MAX / v.record_bytes)
+    return {status::invalid_argument, "num_pages x kv_heads x record_bytes does not fit in int64"};
+  if (reinterpret_cast<std::uintptr_t>(v.pages) % 16 != 0 || v.record_bytes % 16 != 0)
+    return {status::misaligned, "pages and record_bytes must be 16-byte aligned"};
+  return {};
+}
+inline status validate_pages(const paged_cache_view& v, std::int64_t expected_record_bytes, int expected_head_dim,
+                             int expected_tile_tokens) {
+  return pages_error(v, expected_record_bytes, expected_head_dim, expected_tile_tokens).code;
+}
+
 // Structural checks a launcher runs before touching device memory: pointers
-// present, sizes in range (and every record / tail offset representable in
-// int64), records 16-byte aligned, sink pointers paired.
-inline status validate_structure(const paged_cache_view& v, std::int64_t expected_record_bytes, int expected_head_dim,
-                                 int expected_tile_tokens) {
-  if (!v.pages || !v.page_table || !v.seq_lens || !v.tail_k || !v.tail_v) return status::null_pointer;
-  if ((v.sink_k == nullptr) != (v.sink_v == nullptr)) return status::invalid_argument;
-  if (v.head_dim != expected_head_dim) return status::unsupported_head_dim;
-  if (v.tile_tokens != expected_tile_tokens) return status::unsupported_tile_tokens;
-  if (v.record_bytes != expected_record_bytes) return status::invalid_argument;
-  if (v.num_seqs < 0 || v.kv_heads <= 0 || v.max_pages_per_seq < 0 || v.num_pages < 0) return status::invalid_argument;
-  if (v.num_slots < 0 || (!v.tail_slots && v.num_slots > 0 && v.num_slots < v.num_seqs)) return status::invalid_argument;
-  if (v.tail_slots && v.num_seqs > 0 && v.num_slots <= 0) return status::invalid_argument;
-  if (v.head_dim <= 0 || v.tile_tokens <= 0 || v.record_bytes <= 0) return status::invalid_argument;
-  // Every offset record() and tile_offset() compute must fit in int64 (no signed overflow).
-  constexpr std::int64_t max_offset = INT64_MAX;
-  if (static_cast<std::int64_t>(v.num_pages) * v.kv_heads > max_offset / v.record_bytes ||
-      static_cast<std::int64_t>(v.slots()) * v.kv_heads > max_offset / (static_cast<std::int64_t>(v.tile_tokens) * v.head_dim))
-    return status::invalid_argument;
-  if (reinterpret_cast<std::uintptr_t>(v.pages) % 16 != 0 || v.record_bytes % 16 != 0) return status::misaligned;
+// present, sink pointers paired, the records part (pages_error), sizes in
+// range (and every tail offset representable in int64), the fp16 tails and
+// sinks 16-byte aligned.
+inline view_error structure_error(const paged_cache_view& v, std::int64_t expected_record_bytes, int expected_head_dim,
+                                  int expected_tile_tokens) {
+  if (!v.pages || !v.page_table || !v.seq_lens || !v.tail_k || !v.tail_v)
+    return {status::null_pointer, "pages, page_table, seq_lens, tail_k and tail_v must not be null"};
+  if ((v.sink_k == nullptr) != (v.sink_v == nullptr))
+    return {status::invalid_argument, "sink_k and sink_v must both be given or both be null"};
+  if (view_error e = pages_error(v, expected_record_bytes, expected_head_dim, expected_tile_tokens)) return e;
+  if (v.num_seqs < 0 || v.max_pages_per_seq < 0)
+    return {status::invalid_argument, "num_seqs and max_pages_per_seq must be >= 0"};
+  if (v.num_slots < 0 || (!v.tail_slots && v.num_slots > 0 && v.num_slots < v.num_seqs))
+    return {status::invalid_argument, "without tail_slots, the tail pool needs a slot per sequence (num_slots >= num_seqs)"};
+  if (v.tail_slots && v.num_seqs > 0 && v.num_slots <= 0)
+    return {status::invalid_argument, "tail_slots needs num_slots > 0"};
+  // Every offset tile_offset() computes must fit in int64 (no signed overflow).
+  if (static_cast<std::int64_t>(v.slots()) * v.kv_heads > INT64_MAX / (static_cast<std::int64_t>(v.tile_tokens) * v.head_dim))
+    return {status::invalid_argument, "num_slots x kv_heads x G x head_dim does not fit in int64"};
   if (reinterpret_cast<std::uintptr_t>(v.tail_k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(v.tail_v) % 16 != 0)
-    return status::misaligned;
+    return {status::misaligned, "tail_k and tail_v must be 16-byte aligned"};
   if (v.sink_k && (reinterpret_cast<std::uintptr_t>(v.sink_k) % 16 != 0 ||
                    reinterpret_cast<std::uintptr_t>(v.sink_v) % 16 != 0))
-    return status::misaligned;
-  return status::success;
+    return {status::misaligned, "sink_k and sink_v must be 16-byte aligned"};
+  return {};
+}
+inline status validate_structure(const paged_cache_view& v, std::int64_t expected_record_bytes, int expected_head_dim,
+                                 int expected_tile_tokens) {
+  return structure_error(v, expected_record_bytes, expected_head_dim, expected_tile_tokens).code;
 }
 
 // Checks a host copy of the page table and lengths against the view: every
