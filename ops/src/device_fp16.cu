@@ -19,7 +19,7 @@ kvtile::fp16_paged_cache_view make_fp16_view(const kvtile_ops_fp16_cache& c) {
   v.num_seqs = c.num_seqs;
   v.kv_heads = c.kv_heads;
   v.head_dim = c.head_dim;
-  v.page_tokens = 64;
+  v.page_tokens = kvtile::fp16_page_tokens;
   v.max_pages_per_seq = c.max_pages_per_seq;
   v.num_pages = c.num_pages;
   return v;
@@ -33,6 +33,8 @@ using kvtile_ops::with_args;
 int launch_fp16_decode(const kvtile_ops_fp16_cache& cache, const kvtile_ops_decode_params& p, kvtile_ops_stream stream,
                        const char* fn) {
   return kvtile_ops::with_head_dim(cache.head_dim, fn, [&](auto d) -> int {
+    if (kvtile::fp16_view_error e = kvtile::fp16_structure_error(make_fp16_view(cache), decltype(d)::value))
+      return kvtile_ops::fail(static_cast<int>(e.code), "%s: %s", fn, e.rule);
     return with_args(p, false, [&](const auto& a) {
       return launch_result(kvtile::attention::paged_decode_fp16<decltype(d)::value>(
                                make_fp16_view(cache), a, reinterpret_cast<cudaStream_t>(stream)),

@@ -41,4 +41,28 @@ struct fp16_paged_cache_view {
   }
 };
 
+// A view that breaks a structural rule of the fp16 baseline's kernels for
+// head_dim D (the checks of paged_decode_fp16 and can_implement_fp16 before
+// their arguments'), with its text for the layers that report it.
+struct fp16_view_error {
+  status code = status::success;
+  const char* rule = "";
+  constexpr explicit operator bool() const noexcept { return code != status::success; }
+};
+inline fp16_view_error fp16_structure_error(const fp16_paged_cache_view& c, int expected_head_dim) {
+  if (c.head_dim != expected_head_dim) return {status::unsupported_head_dim, "head_dim is not the kernel's"};
+  if (c.page_tokens != fp16_page_tokens) return {status::unsupported_tile_tokens, "page_tokens is not fp16_page_tokens"};
+  if (!c.k || !c.v || !c.page_table || !c.seq_lens)
+    return {status::null_pointer, "k, v, page_table and seq_lens must not be null"};
+  if (c.max_pages_per_seq < 0 || c.num_pages < 0 || c.kv_heads < 0)
+    return {status::invalid_argument, "max_pages_per_seq, num_pages and kv_heads must be >= 0"};
+  // Every offset block_offset() computes must fit in int64 (no signed overflow).
+  if (c.kv_heads > 0 && static_cast<std::int64_t>(c.num_pages) * c.kv_heads >
+                            INT64_MAX / (static_cast<std::int64_t>(fp16_page_tokens) * c.head_dim))
+    return {status::invalid_argument, "num_pages x kv_heads x page_tokens x head_dim does not fit in int64"};
+  if (reinterpret_cast<std::uintptr_t>(c.k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(c.v) % 16 != 0)
+    return {status::misaligned, "k and v must be 16-byte aligned"};
+  return {};
+}
+
 KVTILE_NAMESPACE_END

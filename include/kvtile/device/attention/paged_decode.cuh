@@ -487,12 +487,7 @@ std::size_t workspace_bytes_fp16(const fp16_paged_cache_view& cache, int q_heads
 namespace detail {
 template <int D, class QT>
 status check_fp16_args(const fp16_paged_cache_view& cache, const decode_args<QT>& a) {
-  if (cache.head_dim != D) return status::unsupported_head_dim;
-  if (cache.page_tokens != fp16_kernel_traits<D>::page_tokens) return status::unsupported_tile_tokens;
-  if (!cache.k || !cache.v || !cache.page_table || !cache.seq_lens) return status::null_pointer;
-  if (cache.max_pages_per_seq < 0 || cache.num_pages < 0) return status::invalid_argument;
-  if (reinterpret_cast<std::uintptr_t>(cache.k) % 16 != 0 || reinterpret_cast<std::uintptr_t>(cache.v) % 16 != 0)
-    return status::misaligned;
+  if (fp16_view_error e = fp16_structure_error(cache, D)) return e.code;
   if (status s = detail::check_common(a, cache.num_seqs, cache.kv_heads); s != status::success) return s;
   if (a.qo_indptr) return status::invalid_argument;  // the baseline decodes one token per sequence
   if (!a.workspace || a.workspace_bytes < workspace_bytes_fp16<D>(cache, a.q_heads, a.num_splits))
