@@ -164,8 +164,8 @@ if want build; then
   nv build/gpu/speculative tests/device/speculative.cu > "$OUT/build/speculative.log" 2>&1 & pids+=($!)
   if sel abi; then  # tests/abi: two differently tuned builds of one TU linked into one executable
     ( mkdir -p build/gpu/abi &&
-      $NVCC $FLAGS -DABI_VARIANT=a -DKVTILE_DEQUANTIZE_BLOCK_THREADS=128 -c tests/abi/variant.cu -o build/gpu/abi/a.o &&
-      $NVCC $FLAGS -DABI_VARIANT=b -DKVTILE_DEQUANTIZE_BLOCK_THREADS=512 -c tests/abi/variant.cu -o build/gpu/abi/b.o &&
+      $NVCC $FLAGS -DABI_VARIANT=a -c tests/abi/variant.cu -o build/gpu/abi/a.o &&
+      $NVCC $FLAGS -DABI_VARIANT=b -c tests/abi/variant.cu -o build/gpu/abi/b.o &&
       $NVCC $FLAGS -o build/gpu/abi_static tests/abi/main.cpp build/gpu/abi/a.o build/gpu/abi/b.o &&
       echo "built build/gpu/abi_static" ) > "$OUT/build/abi.log" 2>&1 & pids+=($!)
   fi
