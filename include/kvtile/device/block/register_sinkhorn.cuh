@@ -96,7 +96,7 @@ struct register_sinkhorn {
   static constexpr int S = shape::log2i(MR);           // reduce-scatter stages
   // Column statistics by the first CW warps, thread t < C owning column t
   // (one column per thread; every thread, BLOCK_THREADS / C per column, was
-  // slower with the same bits: docs/gpu-codec.md, "Tuning").
+  // slower with the same bits: docs/gpu-codec.md, "Tuning: paged_policy").
   static constexpr int CW = C / 32;
   // Stride of the per-warp column partials. The padding (32 / (BLOCK_THREADS
   // / C) mod 32 floats) served the former multi-owner gather; the one-owner

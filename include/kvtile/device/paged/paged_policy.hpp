@@ -19,7 +19,7 @@
 // with different policies never share a launcher (tests/abi).
 //
 // One policy for every architecture: the defaults were measured on an H200
-// (docs/gpu-codec.md, section "Tuning"); no other GPU has run them yet.
+// (docs/gpu-codec.md, "Tuning: paged_policy"); no other GPU has run them yet.
 // Plain C++ (no CUDA): only compile-time constants.
 #pragma once
 
@@ -38,7 +38,9 @@ struct paged_policy {
   // at 1024 (64 registers) 94 / 366 / 721 us. Records are the same.
   static constexpr int append_block_threads = 512;
 
-  // Threads per prefill block (one block per tile).
+  // Threads per prefill block (one block per tile). H200, 64K tokens x 8
+  // heads x D 128, k4v2_g128: 791 us; at 1024 (one block per SM) 1,109 us
+  // (bench/results/2026-12-04-h200-gpu-codec-r5.md).
   static constexpr int prefill_block_threads = 512;
 
   // Minimum resident prefill blocks per SM (__launch_bounds__' second
@@ -47,9 +49,10 @@ struct paged_policy {
   // prefill_min_blocks<Codec, BLOCK_THREADS, MIN_BLOCKS>()). 2 caps registers
   // at 64 per thread, so two 512-thread blocks share an SM and one block's
   // Sinkhorn barriers and serial chains overlap the other's work. H200, 64K
-  // tokens x 8 heads x D 128 (bench/results/2026-12-03-h200-session-checks.md):
-  // Sinkhorn 8 2,488 us at 2 against 2,689 us at 1 (119 registers, one
-  // block). Records are the same either way.
+  // tokens x 8 heads x D 128, k4v2_g128: 791 us at 2 against 1,247 us at 1
+  // (bench/results/2026-12-04-h200-gpu-codec-r5.md); Sinkhorn 8 2,488 against
+  // 2,689 us (119 registers, one block; bench/results/2026-12-03-h200-session-checks.md).
+  // Records are the same either way.
   static constexpr int prefill_min_blocks = 2;
 
   // Threads per dequantize_pages block (powers of two in [64, 1024]): the
