@@ -8,7 +8,8 @@
 //               where the time goes, k4v2 with Sinkhorn 0 / 4 / 8 iterations (the presets: 2) and
 //               without normalization (rotate_rtn)
 //   append      launch_append, batch 1..256 x 8 heads, no tile filling and every tile filling,
-//               at the default block size (KVTILE_APPEND_BLOCK_THREADS) and at 256 and 1024 threads
+//               at the default block size (paged_policy::append_block_threads, 512) and at 256 and
+//               1024 threads
 //   decode      launch_dequantize_pages of all 4096 x 8 pages to fp16, rotated and original frames
 // Reports GB/s of fp16 data (prefill: fp16 bytes read; decode: fp16 bytes
 // written) and the ratio to the copy ceiling. Writes <dir>/<stem>.json and .md.
@@ -17,8 +18,9 @@
 // the same tokens (host_rotate_to_half + paged_record_codec, the paged cache's
 // host model); a mismatch fails the run (exit 1). Each prefill row prints the
 // kernel's registers, local memory and resident blocks per SM. Rows marked
-// "(MIN_BLOCKS 1)" use launch_prefill's MIN_BLOCKS = 1 (one 512-thread block per SM,
-// registers uncapped); the others its default, KVTILE_PREFILL_MIN_BLOCKS (2).
+// "(MIN_BLOCKS 1)" run launch_prefill with a policy of prefill_min_blocks = 1
+// (one 512-thread block per SM, registers uncapped); the others the default,
+// paged_policy::prefill_min_blocks (2).
 // Usage: gpu_codec [--out DIR] [--stem NAME] [--iters N] [--command "how it was run"] [--decode-only | --encode-only]
 //   --decode-only: copy ceiling and decode (prefill encodes once, untimed)
 //   --encode-only: copy ceiling and the prefill rows (no decode, no append)
@@ -177,21 +179,32 @@ void check_identity(const char* name, const kvtile::paged_cache_view& v) {
   g_identity_checked += samples;
 }
 
-template <class Codec, int BLOCK_THREADS = 512, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
+// Policies of the non-default rows: the default paged_policy with another
+// prefill block size / minimum blocks per SM, or another append block size.
+template <int THREADS, int MIN_BLOCKS = kvtile::device::paged_policy::prefill_min_blocks>
+struct prefill_tuning : kvtile::device::paged_policy {
+  static constexpr int prefill_block_threads = THREADS;
+  static constexpr int prefill_min_blocks = MIN_BLOCKS;
+};
+template <int THREADS>
+struct append_tuning : kvtile::device::paged_policy {
+  static constexpr int append_block_threads = THREADS;
+};
+
+template <class Codec, class Policy = kvtile::device::paged_policy>
 void bench_prefill(const char* name, bool decode_too) {
+  constexpr int BLOCK_THREADS = Policy::prefill_block_threads;
   cache c;
   c.make(SEQS, TOK / G, static_cast<std::int64_t>(Codec::record_bytes));
   c.set_lens(std::vector<std::int32_t>(SEQS, TOK));
-  auto prefill = [&] {
-    check(kvtile::device::launch_prefill<Codec, half_t, BLOCK_THREADS, MIN_BLOCKS>(c.v, g_k, g_v, g_cu, TOK));
-  };
+  auto prefill = [&] { check(kvtile::device::launch_prefill<Codec, half_t, Policy>(c.v, g_k, g_v, g_cu, TOK)); };
   {  // the kernel's resources
-    auto* kern = kvtile::device::prefill_kernel<Codec, BLOCK_THREADS, half_t, MIN_BLOCKS>;
-    constexpr std::size_t smem = kvtile::device::prefill_smem_bytes<Codec, BLOCK_THREADS, MIN_BLOCKS>();
+    auto* kern = kvtile::device::prefill_kernel<Codec, BLOCK_THREADS, half_t, Policy::prefill_min_blocks>;
+    constexpr std::size_t smem = kvtile::device::prefill_smem_bytes<Codec, Policy>();
     cudaFuncAttributes fa{};
     int blocks = 0;
     CK(cudaFuncGetAttributes(&fa, kern));
-    check(kvtile::device::prepare_prefill<Codec, half_t, BLOCK_THREADS, MIN_BLOCKS>());  // shared-memory limit set
+    check(kvtile::device::prepare_prefill<Codec, half_t, Policy>());  // shared-memory limit set
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kern, BLOCK_THREADS, smem));
     std::printf("kernel  %-28s %d registers, %zu B local, %zu B shared, %d blocks/SM of %d threads\n", name,
                 fa.numRegs, static_cast<std::size_t>(fa.localSizeBytes), smem, blocks, BLOCK_THREADS);
@@ -234,7 +247,7 @@ void bench_prefill(const char* name, bool decode_too) {
   cudaFree(ov);
 }
 
-template <class Codec, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
+template <class Codec, class Policy = kvtile::device::paged_policy>
 void bench_append(const char* name) {
   for (int batch : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     cache c;
@@ -249,7 +262,7 @@ void bench_append(const char* name) {
       for (int s = 0; s < batch; ++s) l[s] = fill ? G * (1 + s % 4) : 1 + 37 * s % (G - 1);  // fill: pos % G == G-1
       c.set_lens(l);
       const double us =
-          median_us([&] { check(kvtile::device::launch_append<Codec, half_t, BLOCK_THREADS>(c.v, k, v)); }, 41);
+          median_us([&] { check(kvtile::device::launch_append<Codec, half_t, Policy>(c.v, k, v)); }, 41);
       const double bytes = 2.0 * batch * H * D * 2;
       char nm[64];
       std::snprintf(nm, sizeof nm, "%s batch %d %s", name, batch, fill ? "all tiles fill" : "no tile fills");
@@ -329,9 +342,9 @@ int main(int argc, char** argv) {
   using k4v2_s4 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<4>, rtn<>, fp8_scales>;
   using k4v2_s8 = tile_codec<tile_config<D, G, 4, 2>, hadamard, sinkhorn<8>, rtn<>, fp8_scales>;
   bench_prefill<presets::k4v2_g128<D>>("k4v2_g128", true);
-  bench_prefill<presets::k4v2_g128<D>, 1024>("k4v2_g128 (1024 threads/block)", false);
-  bench_prefill<presets::k4v2_g128<D>, 512, 1>("k4v2_g128 (MIN_BLOCKS 1)", false);
-  bench_prefill<k4v2_s4, 512, 1>("k4v2_g128 sinkhorn<4> (MIN_BLOCKS 1)", false);
+  bench_prefill<presets::k4v2_g128<D>, prefill_tuning<1024>>("k4v2_g128 (1024 threads/block)", false);
+  bench_prefill<presets::k4v2_g128<D>, prefill_tuning<512, 1>>("k4v2_g128 (MIN_BLOCKS 1)", false);
+  bench_prefill<k4v2_s4, prefill_tuning<512, 1>>("k4v2_g128 sinkhorn<4> (MIN_BLOCKS 1)", false);
   bench_prefill<presets::k4v4_g128<D>>("k4v4_g128", false);
   bench_prefill<presets::k2v2_g128<D>>("k2v2_g128", true);
   bench_prefill<presets::k4v2_g128<D, fp16_scales>>("k4v2_g128 fp16_scales", false);
@@ -342,8 +355,8 @@ int main(int argc, char** argv) {
   bench_prefill<presets::rotate_rtn<D>>("rotate_rtn (no normalization)", false);
   if (!g_decode_only && !g_encode_only) {
     bench_append<presets::k4v2_g128<D>>("k4v2_g128");
-    bench_append<presets::k4v2_g128<D>, 256>("k4v2_g128 (256 threads/block)");
-    bench_append<presets::k4v2_g128<D>, 1024>("k4v2_g128 (1024 threads/block)");
+    bench_append<presets::k4v2_g128<D>, append_tuning<256>>("k4v2_g128 (256 threads/block)");
+    bench_append<presets::k4v2_g128<D>, append_tuning<1024>>("k4v2_g128 (1024 threads/block)");
   }
 
   // JSON + Markdown.

@@ -1,5 +1,5 @@
 // tests/abi/main.cpp: two builds of tests/abi/variant.cu with different tuning
-// options in one process (linked statically as objects, or as two shared
+// (paged policies) in one process (linked statically as objects, or as two shared
 // libraries). Passes when each build keeps its own kvtile code: distinct
 // launcher instantiations, each build's own block size, and (with a GPU) both
 // dequantize bit-identically to the host decode. Exit 77: no GPU for the run.
@@ -20,7 +20,7 @@ int main() {
   };
   check(kvtile_abi_a_launcher() != kvtile_abi_b_launcher(), "the two builds use different launcher instantiations");
   check(kvtile_abi_a_block_threads() == 128 && kvtile_abi_b_block_threads() == 512,
-        "each build keeps its own KVTILE_DEQUANTIZE_BLOCK_THREADS");
+        "each build keeps its own policy's dequantize_block_threads");
   const int ra = kvtile_abi_a_run(1), rb = kvtile_abi_b_run(2);
   if (ra == 77 && rb == 77) {
     std::printf("%d passed, %d failed (GPU part SKIPPED: no CUDA device)\n", 2 - fails, fails);

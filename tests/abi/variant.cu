@@ -1,5 +1,6 @@
 // tests/abi/variant.cu: one translation unit built twice with different kvtile
-// tuning options (ABI_VARIANT a / b and KVTILE_DEQUANTIZE_BLOCK_THREADS), into
+// tuning (ABI_VARIANT a / b names the build and picks its policy:
+// abi_policy_a or abi_policy_b, dequantize_block_threads 128 / 512), into
 // object files linked into one executable and into two shared libraries
 // loaded by one executable (tests/abi/CMakeLists.txt). Each build exports only
 // its own extern "C" entry points; kvtile's symbols stay hidden.
@@ -21,7 +22,20 @@
 #define ABI_FN(name) ABI_CAT(ABI_CAT(kvtile_abi_, ABI_VARIANT), ABI_CAT(_, name))
 #define ABI_EXPORT extern "C" __attribute__((visibility("default")))
 
+// Both builds define both policies (the same definitions: no ODR conflict);
+// each uses its own. Named namespace, not an anonymous one: the launchers and
+// kernels they instantiate keep external (hidden) linkage, as in a library.
+namespace abi_test {
+struct abi_policy_a : kvtile::device::paged_policy {
+  static constexpr int dequantize_block_threads = 128;
+};
+struct abi_policy_b : kvtile::device::paged_policy {
+  static constexpr int dequantize_block_threads = 512;
+};
+}  // namespace abi_test
+
 namespace {
+using Policy = abi_test::ABI_CAT(abi_policy_, ABI_VARIANT);
 using Codec = kvtile::presets::k4v2_g128<128>;
 using Rec = kvtile::device::paged_record_codec<Codec>;
 constexpr int D = Codec::D, G = Codec::G, H = 2, P = 3;
@@ -29,10 +43,10 @@ constexpr int D = Codec::D, G = Codec::G, H = 2, P = 3;
 
 // The launcher this build instantiates (its address tells two builds apart).
 ABI_EXPORT const void* ABI_FN(launcher)() {
-  return reinterpret_cast<const void*>(&kvtile::device::launch_dequantize_pages<Codec>);
+  return reinterpret_cast<const void*>(&kvtile::device::launch_dequantize_pages<Codec, Policy>);
 }
 
-ABI_EXPORT int ABI_FN(block_threads)() { return KVTILE_DEQUANTIZE_BLOCK_THREADS; }
+ABI_EXPORT int ABI_FN(block_threads)() { return Policy::dequantize_block_threads; }
 
 // Dequantizes P pages x H heads encoded on the host and compares every bit with
 // the host decode. Returns 0 when identical, 77 without a GPU, 1 otherwise.
@@ -77,7 +91,7 @@ ABI_EXPORT int ABI_FN(run)(unsigned seed) {
   view.tile_tokens = G;
   view.num_pages = P;
   view.record_bytes = Codec::record_bytes;
-  if (kvtile::device::launch_dequantize_pages<Codec>(view, d_ids, P, d_k, d_v, kvtile::frame::rotated) !=
+  if (kvtile::device::launch_dequantize_pages<Codec, Policy>(view, d_ids, P, d_k, d_v, kvtile::frame::rotated) !=
       kvtile::status::success)
     goto done;
   if (cudaMemcpy(got_k.data(), d_k, out_elems * 2, cudaMemcpyDeviceToHost) != cudaSuccess ||

@@ -5,6 +5,7 @@
 //   paged/append.cuh            one token per sequence into the paged cache
 //   paged/prefill.cuh           ragged prefill into the paged cache
 //   paged/dequantize_pages.cuh  pages back to fp16
+//   paged/paged_policy.hpp      paged_policy: block sizes of the kernels above (their Policy argument)
 //   paged/sequence_pack.cuh     one sequence packed into / unpacked from a contiguous buffer
 //   detail/launch.cuh           launch setup and launch_result shared by every launcher
 // docs/gpu-codec.md describes them.
@@ -13,6 +14,7 @@
 #include "block/block_tile_codec.cuh"
 #include "paged/append.cuh"
 #include "paged/dequantize_pages.cuh"
+#include "paged/paged_policy.hpp"
 #include "paged/prefill.cuh"
 #include "paged/sequence_pack.cuh"
 #include "warp/warp_fwht.cuh"

@@ -34,12 +34,11 @@
 //  * column sums, over r = w + W m: the m bits (r's high bits) lane-locally
 //    (a halving tree over the register index a: XOR-permuting a keeps every
 //    pair {m, m ^ h} of the host's tree), then the warp bits W/2, ..., 1
-//    through shared memory: column c is "owned" by the Q = BLOCK_THREADS / C
-//    consecutive threads t = c Q + q, q < Q; thread q loads the partials of
-//    warps w' = q + Q i (i < JC = W / Q), reduces the i bits locally (w's high
-//    bits) and the q bits by butterflies. Column statistics and the column
-//    update are computed by the owners, the reciprocal 1/e^Lc is broadcast
-//    through shared memory.
+//    through shared memory: column c is "owned" by thread t = c (the first
+//    C / 32 warps), which loads the W warps' partials of its column and sums
+//    them by a halving tree over the warp index. Column statistics and the
+//    column update are computed by the owners (the other warps skip them),
+//    the reciprocal 1/e^Lc is broadcast through shared memory.
 //  * imbalance: min/max of non-negative, non-NaN stds (never -0: sqrt of a
 //    sum of squares, times a positive reciprocal), so order-free; done on
 //    the float bits (for non-negative
@@ -66,15 +65,6 @@
 #include "../../detail/reduce.hpp"
 #include "../../normalization/sinkhorn.hpp"
 #include "../warp/warp_primitives.cuh"
-
-// 1 (default): the column statistics and updates of the Sinkhorn run in the
-// first C / 32 warps, one column per thread (the other warps skip them); 0: in
-// every thread, BLOCK_THREADS / C threads per column. Same bits. H200 prefill,
-// 64K tokens x 8 heads x D 128, Sinkhorn 8, two blocks per SM: 2,134 us (1)
-// against 2,498 us (0) (bench/results/2026-12-03-h200-session-checks.md).
-#ifndef KVTILE_REGISTER_SINKHORN_COL_WARPS
-#define KVTILE_REGISTER_SINKHORN_COL_WARPS 1
-#endif
 
 KVTILE_NAMESPACE_BEGIN
 namespace device {
@@ -104,13 +94,15 @@ struct register_sinkhorn {
   static constexpr int MR = shape::MR;                 // row slots per thread
   static constexpr int JC = shape::JC;                 // columns per lane
   static constexpr int S = shape::log2i(MR);           // reduce-scatter stages
-  static constexpr int Q = BLOCK_THREADS / C;          // owner threads per column
-  static constexpr int CS = C + ((32 / Q) & 31);       // partial row stride (see col_gather)
-  static_assert(WARPS / Q == JC, "owner mapping: each owner loads JC partials");
-  // Column statistics by the first CW warps, thread t owning column t
-  // (KVTILE_REGISTER_SINKHORN_COL_WARPS), else by Q threads per column.
-  static constexpr bool COLW = KVTILE_REGISTER_SINKHORN_COL_WARPS != 0;
+  // Column statistics by the first CW warps, thread t < C owning column t
+  // (one column per thread; every thread, BLOCK_THREADS / C per column, was
+  // slower with the same bits: docs/gpu-codec.md, "Tuning: paged_policy").
   static constexpr int CW = C / 32;
+  // Stride of the per-warp column partials. The padding (32 / (BLOCK_THREADS
+  // / C) mod 32 floats) served the former multi-owner gather; the one-owner
+  // accesses are conflict free at any stride. Kept so the layout (and the
+  // generated code) is unchanged.
+  static constexpr int CS = C + ((32 / (BLOCK_THREADS / C)) & 31);
 
   // Shared memory of the register path (a few KB).
   struct storage {
@@ -170,8 +162,8 @@ struct register_sinkhorn {
   KVTILE_DEVICE static void run(storage& sm, const float* tile, int rs, int cs, float* best_col) {
     static_assert(Iterations >= 1, "register_sinkhorn: use unit scales for 0 iterations");
     const int t = static_cast<int>(threadIdx.x);
-    const int c_own = COLW ? t : t / Q;                 // owned column
-    const bool col_writer = COLW ? t < C : t % Q == 0;  // one writer per owned column
+    const int c_own = t;            // owned column (t < C)
+    const bool col_writer = t < C;  // its one writer
     // Column owner state (column c_own): log scale, e^Lc of the current
     // iterate, of the next one, of the best iterate so far, and 1 / e^Lc of
     // the current and the next iterate.
@@ -312,25 +304,15 @@ struct register_sinkhorn {
 #pragma unroll
     for (int j = 0; j < JC; ++j) sm.part[warp * CS + lane + 32 * j] = p[j];
   }
-  // After a barrier: the full canonical column sum of the owned column, in
-  // each of its Q owner threads (hand-written: the order decides bytes). Bank-conflict free: lane l reads
-  // (l % Q) * CS + l / Q + const with CS = 32 / Q (mod 32).
+  // After a barrier, in thread t < C: the full canonical column sum of
+  // column t, a halving tree over the warp index (hand-written: the order
+  // decides bytes). Bank-conflict free: a warp reads 32 consecutive floats.
   KVTILE_DEVICE static float col_gather(const storage& sm) {
     const int t = static_cast<int>(threadIdx.x);
-    if constexpr (COLW) {  // thread t < C: column t, all warps' partials, tree over the warp index
-      float v[WARPS];
+    float v[WARPS];
 #pragma unroll
-      for (int i = 0; i < WARPS; ++i) v[i] = sm.part[i * CS + t];
-      return tree(v);
-    }
-    const int c = t / Q, q = t % Q;
-    float v[JC];
-#pragma unroll
-    for (int i = 0; i < JC; ++i) v[i] = sm.part[(q + Q * i) * CS + c];  // warp w' = q + Q i
-    float s = tree(v);                                                  // w' bits >= Q first
-#pragma unroll
-    for (int b = Q / 2; b >= 1; b /= 2) s = detail::add(s, __shfl_xor_sync(full_warp_mask, s, b));
-    return s;
+    for (int i = 0; i < WARPS; ++i) v[i] = sm.part[i * CS + t];
+    return tree(v);
   }
 
   // Column stds of cur (= rc_cur * the column stds of z = X * rr: the host's
@@ -355,7 +337,7 @@ struct register_sinkhorn {
       col_publish(sm, cp);
     }
     __syncthreads();  // (1) partial sums published
-    if (!COLW || warp < CW) {  // warp-uniform
+    if (warp < CW) {  // warp-uniform
       const float mean = detail::div_by<R>(col_gather(sm));
       if (col_writer) sm.cmean[c_own] = mean;
     }
@@ -388,7 +370,7 @@ struct register_sinkhorn {
       }
     }
     __syncthreads();  // (3) squared-deviation partials and row min/max published
-    if (!COLW || warp < CW) {  // warp-uniform
+    if (warp < CW) {  // warp-uniform
       const float csd = detail::mul(detail::sqrt(detail::div_by<R - 1>(col_gather(sm))), rc_cur);
       std::uint32_t lo, hi;
       warp_min_max_bits_lane0(csd, csd, lo, hi);
@@ -405,8 +387,8 @@ struct register_sinkhorn {
     if (update)
 #pragma unroll
       for (int j = 0; j < JC; ++j) rc[j] = sm.rc[lane + 32 * j];
-    if (COLW && warp >= CW) return 0.0f;  // only the column writers use the imbalance
-    const int k = lane % WARPS, kc = lane % (COLW ? CW : WARPS);
+    if (warp >= CW) return 0.0f;  // only the column writers use the imbalance
+    const int k = lane % WARPS, kc = lane % CW;
     const float cmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[0][kc]));
     const float cmax = detail::float_from_bits(__reduce_max_sync(full_warp_mask, sm.mm[1][kc]));
     const float rmin = detail::float_from_bits(__reduce_min_sync(full_warp_mask, sm.mm[2][k]));

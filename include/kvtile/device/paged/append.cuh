@@ -23,17 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "paged_common.cuh"
-
-// Threads per append block (the tile encode of a filling tile runs in it).
-// 512: block_tile_codec's register Sinkhorn and register scale / code stages
-// apply at D <= 128 (one block per SM, 123 registers). H200, k4v2_g128 D 128,
-// 8 heads, every tile filling (bench/results/2026-12-03-h200-gpu-codec-r2.md):
-// batch 1 112 us, 64 372 us, 128 719 us; at 256 threads (shared-memory
-// Sinkhorn) 344 / 766 / 1,525 us; at 1024 (64 registers) 94 / 366 / 721 us.
-// Records are the same.
-#ifndef KVTILE_APPEND_BLOCK_THREADS
-#define KVTILE_APPEND_BLOCK_THREADS 512
-#endif
+#include "paged_policy.hpp"
 
 KVTILE_NAMESPACE_BEGIN
 namespace device {
@@ -92,34 +82,37 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
   if (!ok(st) && flags && threadIdx.x == 0) atomicOr(flags + s, paged_flag_encode_failed);
 }
 
-template <class Codec, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
+// Dynamic shared memory of the append kernel (Policy::append_block_threads threads).
+template <class Codec, class Policy = paged_policy>
 constexpr std::size_t append_smem_bytes() {
-  return sizeof(typename block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
+  return sizeof(typename block_tile_codec<paged_record_codec<Codec>, Policy::append_block_threads>::TempStorage);
 }
 
 // Checks the current device and sets the kernel up on it (detail/launch.cuh:
 // once per device, thread-safe, not a stream operation). launch_append calls
 // it; calling it first only moves the one-time setup out of the first launch.
-template <class Codec, class T, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
+template <class Codec, class T, class Policy = paged_policy>
 inline launch_result prepare_append() {
-  return detail::prepare_kernel<append_kernel<Codec, BLOCK_THREADS, T>>(append_smem_bytes<Codec, BLOCK_THREADS>(),
-                                                                       paged_min_cc);
+  return detail::prepare_kernel<append_kernel<Codec, Policy::append_block_threads, T>>(
+      append_smem_bytes<Codec, Policy>(), paged_min_cc);
 }
 
 // Validates the view's structure (status before launch), then launches.
 // flags: optional [num_seqs] int32, OR-ed with paged_flag bits (not cleared).
-template <class Codec, class T, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
+// Policy: the block size (paged_policy.hpp).
+template <class Codec, class T, class Policy = paged_policy>
 inline launch_result launch_append(const paged_cache_view& view, const T* k_new, const T* v_new,
                                    std::int32_t* flags = nullptr, cudaStream_t stream = nullptr) {
   static_assert(std::is_same_v<T, half_t> || std::is_same_v<T, bfloat16_t>, "append takes half_t or bfloat16_t tokens");
+  constexpr int BLOCK_THREADS = Policy::append_block_threads;
   if (status s = validate_structure(view, static_cast<std::int64_t>(Codec::record_bytes), Codec::D, Codec::G);
       s != status::success)
     return s;
   if (!k_new || !v_new) return status::null_pointer;
   if (view.num_seqs == 0) return status::success;
-  if (launch_result r = prepare_append<Codec, T, BLOCK_THREADS>(); !r.ok()) return r;
+  if (launch_result r = prepare_append<Codec, T, Policy>(); !r.ok()) return r;
   return detail::launch_kernel<append_kernel<Codec, BLOCK_THREADS, T>>(
-      dim3(view.num_seqs, view.kv_heads), dim3(BLOCK_THREADS), append_smem_bytes<Codec, BLOCK_THREADS>(),
+      dim3(view.num_seqs, view.kv_heads), dim3(BLOCK_THREADS), append_smem_bytes<Codec, Policy>(),
       launch_options{stream, false}, view, k_new, v_new, flags);
 }
 

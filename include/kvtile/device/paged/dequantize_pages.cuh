@@ -55,6 +55,7 @@
 #include "../../rotation/hadamard.hpp"
 #include "../warp/warp_fwht.cuh"
 #include "paged_common.cuh"
+#include "paged_policy.hpp"
 
 KVTILE_NAMESPACE_BEGIN
 namespace device {
@@ -540,41 +541,35 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
   decoder(ts).template decode<half_t, typename Codec::rotation>(view.record(page, h), out_k + o, D, out_v + o, D, f);
 }
 
-// Default block sizes of launch_dequantize_pages (powers of two in [64, 1024]):
-// the rotated-frame and generic kernels, and the original-frame kernel: the
-// fastest of 128 / 256 / 512 threads on the H200 for each (docs/gpu-codec.md).
-#ifndef KVTILE_DEQUANTIZE_BLOCK_THREADS
-#define KVTILE_DEQUANTIZE_BLOCK_THREADS 256
-#endif
-#ifndef KVTILE_DEQUANTIZE_ORIGINAL_BLOCK_THREADS
-#define KVTILE_DEQUANTIZE_ORIGINAL_BLOCK_THREADS 128
-#endif
-
 // Dynamic shared memory of the generic kernel (the fast one uses static
-// shared memory: sizeof(detail::page_decoder<...>::storage)).
-template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS>
+// shared memory: sizeof(detail::page_decoder<...>::storage)), at
+// Policy::dequantize_block_threads threads.
+template <class Codec, class Policy = paged_policy>
 constexpr std::size_t dequantize_pages_smem_bytes() {
-  return sizeof(typename block_tile_decoder<paged_record_codec<Codec>, BLOCK_THREADS>::TempStorage);
+  return sizeof(
+      typename block_tile_decoder<paged_record_codec<Codec>, Policy::dequantize_block_threads>::TempStorage);
 }
 
 // Checks the current device and sets the generic kernel up on it (see
 // prepare_append; the fast kernels use static shared memory only and are
 // checked by launch_dequantize_pages itself).
-template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS>
+template <class Codec, class Policy = paged_policy>
 inline launch_result prepare_dequantize_pages() {
-  return detail::prepare_kernel<dequantize_pages_generic_kernel<Codec, BLOCK_THREADS>>(
-      dequantize_pages_smem_bytes<Codec, BLOCK_THREADS>(), paged_min_cc);
+  return detail::prepare_kernel<dequantize_pages_generic_kernel<Codec, Policy::dequantize_block_threads>>(
+      dequantize_pages_smem_bytes<Codec, Policy>(), paged_min_cc);
 }
 
 // Pages with ids outside [0, num_pages) are skipped (output left untouched).
-// BLOCK_THREADS: rotated-frame and generic kernels; ORIGINAL_BLOCK_THREADS:
-// the original-frame kernel. Returns unsupported_arch on a GPU below sm_80 or
+// Policy (paged_policy.hpp): dequantize_block_threads for the rotated-frame
+// and generic kernels, dequantize_original_block_threads for the
+// original-frame kernel. Returns unsupported_arch on a GPU below sm_80 or
 // without code for it in the binary.
-template <class Codec, int BLOCK_THREADS = KVTILE_DEQUANTIZE_BLOCK_THREADS,
-          int ORIGINAL_BLOCK_THREADS = KVTILE_DEQUANTIZE_ORIGINAL_BLOCK_THREADS>
+template <class Codec, class Policy = paged_policy>
 inline launch_result launch_dequantize_pages(const paged_cache_view& view, const std::int32_t* page_ids,
                                              std::int32_t count, half_t* out_k, half_t* out_v,
                                              frame f = frame::original, cudaStream_t stream = nullptr) {
+  constexpr int BLOCK_THREADS = Policy::dequantize_block_threads;
+  constexpr int ORIGINAL_BLOCK_THREADS = Policy::dequantize_original_block_threads;
   if (!view.pages || !page_ids || !out_k || !out_v) return status::null_pointer;
   if (view.head_dim != Codec::D) return status::unsupported_head_dim;
   if (view.tile_tokens != Codec::G) return status::unsupported_tile_tokens;
@@ -589,8 +584,8 @@ inline launch_result launch_dequantize_pages(const paged_cache_view& view, const
       reinterpret_cast<std::uintptr_t>(out_k) % 16 == 0 && reinterpret_cast<std::uintptr_t>(out_v) % 16 == 0;
   if (!aligned) {
     constexpr auto kernel = dequantize_pages_generic_kernel<Codec, BLOCK_THREADS>;
-    if (launch_result r = prepare_dequantize_pages<Codec, BLOCK_THREADS>(); !r.ok()) return r;
-    return detail::launch_kernel<kernel>(grid, dim3(BLOCK_THREADS), dequantize_pages_smem_bytes<Codec, BLOCK_THREADS>(),
+    if (launch_result r = prepare_dequantize_pages<Codec, Policy>(); !r.ok()) return r;
+    return detail::launch_kernel<kernel>(grid, dim3(BLOCK_THREADS), dequantize_pages_smem_bytes<Codec, Policy>(),
                                          opts, view, page_ids, out_k, out_v, f);
   }
   if (f == frame::original && !Codec::rotation::is_identity) {

@@ -22,30 +22,20 @@
 #include <cuda_runtime.h>
 
 #include "paged_common.cuh"
-
-// Default minimum resident blocks per SM of the prefill kernel (MIN_BLOCKS
-// below; applies at <= 512 threads and D * G <= 16384, where two
-// TempStorages fit in shared memory). 2 caps registers at 64 per thread, so
-// two 512-thread blocks share an SM and one block's Sinkhorn barriers and
-// serial chains overlap the other's work; see block_tile_codec's MIN_BLOCKS.
-// H200, 64K tokens x 8 heads x D 128 (bench/results/2026-12-03-h200-session-checks.md):
-// Sinkhorn 8 2,488 us at 2 against 2,689 us at 1 (119 registers, one block).
-// Records are the same either way.
-#ifndef KVTILE_PREFILL_MIN_BLOCKS
-#define KVTILE_PREFILL_MIN_BLOCKS 2
-#endif
+#include "paged_policy.hpp"
 
 KVTILE_NAMESPACE_BEGIN
 namespace device {
 
 // The minimum blocks per SM the prefill kernel is compiled for: MIN_BLOCKS
-// where two blocks can be resident (<= 512 threads, D * G <= 16384), else 1.
+// (paged_policy::prefill_min_blocks) where two blocks can be resident (<= 512
+// threads, D * G <= 16384), else 1.
 template <class Codec, int BLOCK_THREADS, int MIN_BLOCKS>
 constexpr int prefill_min_blocks() {
   return BLOCK_THREADS <= 512 && Codec::D * Codec::G <= 16384 ? MIN_BLOCKS : 1;
 }
 
-template <class Codec, int BLOCK_THREADS, class T, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
+template <class Codec, int BLOCK_THREADS, class T, int MIN_BLOCKS>
 __global__ void __launch_bounds__(BLOCK_THREADS, (prefill_min_blocks<Codec, BLOCK_THREADS, MIN_BLOCKS>()))
     prefill_kernel(const __grid_constant__ paged_cache_view view, const T* __restrict__ k, const T* __restrict__ v,
                    const std::int32_t* __restrict__ cu_seqlens, std::int32_t* flags) {
@@ -127,22 +117,25 @@ __global__ void __launch_bounds__(BLOCK_THREADS, (prefill_min_blocks<Codec, BLOC
   }
 }
 
-template <class Codec, int BLOCK_THREADS = 512, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
+// Dynamic shared memory of the prefill kernel of Policy.
+template <class Codec, class Policy = paged_policy>
 constexpr std::size_t prefill_smem_bytes() {
-  return sizeof(typename block_tile_codec<paged_record_codec<Codec>, BLOCK_THREADS,
-                                          prefill_min_blocks<Codec, BLOCK_THREADS, MIN_BLOCKS>()>::TempStorage);
+  constexpr int B = Policy::prefill_block_threads;
+  return sizeof(typename block_tile_codec<paged_record_codec<Codec>, B,
+                                          prefill_min_blocks<Codec, B, Policy::prefill_min_blocks>()>::TempStorage);
 }
 
 // Checks the current device and sets the kernel up on it (see prepare_append).
-template <class Codec, class T, int BLOCK_THREADS = 512, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
+template <class Codec, class T, class Policy = paged_policy>
 inline launch_result prepare_prefill() {
-  return detail::prepare_kernel<prefill_kernel<Codec, BLOCK_THREADS, T, MIN_BLOCKS>>(
-      prefill_smem_bytes<Codec, BLOCK_THREADS, MIN_BLOCKS>(), paged_min_cc);
+  return detail::prepare_kernel<prefill_kernel<Codec, Policy::prefill_block_threads, T, Policy::prefill_min_blocks>>(
+      prefill_smem_bytes<Codec, Policy>(), paged_min_cc);
 }
 
 // max_tokens_per_seq: an upper bound on cu_seqlens[s+1] - cu_seqlens[s] (above a
 // sequence's capacity it is taken as the capacity: prefill_grid_tiles, paged_cache.hpp).
-template <class Codec, class T, int BLOCK_THREADS = 512, int MIN_BLOCKS = KVTILE_PREFILL_MIN_BLOCKS>
+// Policy: block size and minimum blocks per SM (paged_policy.hpp).
+template <class Codec, class T, class Policy = paged_policy>
 inline launch_result launch_prefill(const paged_cache_view& view, const T* k, const T* v, const std::int32_t* cu_seqlens,
                              std::int64_t max_tokens_per_seq, std::int32_t* flags = nullptr,
                              cudaStream_t stream = nullptr) {
@@ -155,10 +148,11 @@ inline launch_result launch_prefill(const paged_cache_view& view, const T* k, co
   if (status s = prefill_grid_tiles(view, max_tokens_per_seq, &max_tiles); s != status::success) return s;
   if (view.num_seqs == 0 || max_tokens_per_seq == 0) return status::success;
   if (max_tiles > 0x7fffffff || view.num_seqs > 65535 || view.kv_heads > 65535) return status::invalid_argument;
-  if (launch_result r = prepare_prefill<Codec, T, BLOCK_THREADS, MIN_BLOCKS>(); !r.ok()) return r;
-  return detail::launch_kernel<prefill_kernel<Codec, BLOCK_THREADS, T, MIN_BLOCKS>>(
+  if (launch_result r = prepare_prefill<Codec, T, Policy>(); !r.ok()) return r;
+  constexpr int BLOCK_THREADS = Policy::prefill_block_threads;
+  return detail::launch_kernel<prefill_kernel<Codec, BLOCK_THREADS, T, Policy::prefill_min_blocks>>(
       dim3(static_cast<unsigned>(max_tiles), view.num_seqs, view.kv_heads), dim3(BLOCK_THREADS),
-      prefill_smem_bytes<Codec, BLOCK_THREADS, MIN_BLOCKS>(), launch_options{stream, false}, view, k, v, cu_seqlens, flags);
+      prefill_smem_bytes<Codec, Policy>(), launch_options{stream, false}, view, k, v, cu_seqlens, flags);
 }
 
 }  // namespace device

@@ -184,19 +184,21 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
 
 inline constexpr int commit_block_threads = 128;
 
-template <class Codec, class T, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
+template <class Codec, class T, class Policy = paged_policy>
 inline launch_result prepare_append_drafts() {
-  return detail::prepare_kernel<append_drafts_kernel<Codec, BLOCK_THREADS, T>>(
-      append_smem_bytes<Codec, BLOCK_THREADS>(), paged_min_cc);
+  return detail::prepare_kernel<append_drafts_kernel<Codec, Policy::append_block_threads, T>>(
+      append_smem_bytes<Codec, Policy>(), paged_min_cc);
 }
 
 // Validates the structure (view and staging), then launches. flags: optional [num_seqs].
-template <class Codec, class T, int BLOCK_THREADS = KVTILE_APPEND_BLOCK_THREADS>
+// Policy: the block size, append's (paged_policy::append_block_threads).
+template <class Codec, class T, class Policy = paged_policy>
 inline launch_result launch_append_drafts(const paged_cache_view& view, const draft_view& drafts, const T* k,
                                           const T* v, const std::int32_t* cu, std::int32_t* flags = nullptr,
                                           cudaStream_t stream = nullptr) {
   static_assert(std::is_same_v<T, half_t> || std::is_same_v<T, bfloat16_t>,
                 "append_drafts takes half_t or bfloat16_t tokens");
+  constexpr int BLOCK_THREADS = Policy::append_block_threads;
   if (status s = validate_structure(view, static_cast<std::int64_t>(Codec::record_bytes), Codec::D, Codec::G);
       s != status::success)
     return s;
@@ -204,9 +206,9 @@ inline launch_result launch_append_drafts(const paged_cache_view& view, const dr
   if (!k || !v || !cu) return status::null_pointer;
   if (view.num_seqs == 0) return status::success;
   if (view.kv_heads > 65535) return status::invalid_argument;
-  if (launch_result r = prepare_append_drafts<Codec, T, BLOCK_THREADS>(); !r.ok()) return r;
+  if (launch_result r = prepare_append_drafts<Codec, T, Policy>(); !r.ok()) return r;
   return detail::launch_kernel<append_drafts_kernel<Codec, BLOCK_THREADS, T>>(
-      dim3(view.num_seqs, view.kv_heads), dim3(BLOCK_THREADS), append_smem_bytes<Codec, BLOCK_THREADS>(),
+      dim3(view.num_seqs, view.kv_heads), dim3(BLOCK_THREADS), append_smem_bytes<Codec, Policy>(),
       launch_options{stream, false}, view, drafts, k, v, cu, flags);
 }
 
