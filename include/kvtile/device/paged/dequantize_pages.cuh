@@ -571,12 +571,12 @@ inline launch_result launch_dequantize_pages(const paged_cache_view& view, const
   constexpr int BLOCK_THREADS = Policy::dequantize_block_threads;
   constexpr int ORIGINAL_BLOCK_THREADS = Policy::dequantize_original_block_threads;
   if (!view.pages || !page_ids || !out_k || !out_v) return status::null_pointer;
-  if (view.head_dim != Codec::D) return status::unsupported_head_dim;
-  if (view.tile_tokens != Codec::G) return status::unsupported_tile_tokens;
-  if (view.record_bytes != static_cast<std::int64_t>(Codec::record_bytes)) return status::invalid_argument;
-  if (count < 0 || view.kv_heads <= 0 || view.kv_heads > 65535) return status::invalid_argument;
+  // The records part of the view's structure (paged_cache.hpp, shared with validate_structure).
+  if (status s = validate_pages(view, static_cast<std::int64_t>(Codec::record_bytes), Codec::D, Codec::G);
+      s != status::success)
+    return s;
+  if (count < 0 || view.kv_heads > 65535) return status::invalid_argument;  // grid.y
   if (f != frame::original && f != frame::rotated) return status::invalid_argument;
-  if (reinterpret_cast<std::uintptr_t>(view.pages) % 16 != 0) return status::misaligned;
   if (count == 0) return status::success;
   const dim3 grid(count, view.kv_heads);
   const launch_options opts{stream, false};
