@@ -37,7 +37,7 @@ if [[ -z $deps ]]; then
   exit 2
 fi
 
-# ---- build (the .cu files in parallel: one TU per head_dim); --no-build reuses $BUILD/kvtile-eval
+# ---- build (the .cu and .cpp files in parallel: one TU per head_dim each); --no-build reuses $BUILD/kvtile-eval
 if [[ ${1:-} == --no-build && -x $BUILD/kvtile-eval ]]; then
   echo "run_gpu_check: using $BUILD/kvtile-eval (--no-build)"
 else
@@ -46,7 +46,10 @@ nvflags=(-std=c++17 -O2 --expt-relaxed-constexpr "-gencode=arch=compute_${ARCH},
 cxxflags=(-std=c++17 -O2 -I include -isystem "$deps" "${defs[@]}")
 echo "run_gpu_check: building into $BUILD (nvcc $("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), sm_${ARCH}, deps $deps, $JOBS jobs)"
 t0=$(date +%s)
+# The GPU codec, the library kvtile_eval_core's sources (src/*.cpp but the
+# no-CUDA stand-in src/device_codec_none.cpp) and main.cpp (tools/CMakeLists.txt).
 srcs=(tools/kvtile-eval/cuda/*.cu)
+for s in tools/kvtile-eval/src/*.cpp; do [[ $s == */device_codec_none.cpp ]] || srcs+=("$s"); done
 fail=0
 compile() {  # compile <src> <obj>
   local s=$1 o=$2 t=$(date +%s)
