@@ -16,8 +16,10 @@
 // the kivi / rotate_rtn baselines at G = 128 with fp8 scales. Anything else
 // (and token_rtn, which is no tile codec) runs on the host.
 //
-// A build without CUDA (KVTILE_EVAL_HAVE_CUDA = 0, e.g. the host tests) gets
-// the inline fallback below: device_available() says "built without CUDA".
+// A build without CUDA (KVTILE_EVAL_HAVE_CUDA = 0, and always the tool's tests,
+// kvtile_eval_tests) links src/device_codec_none.cpp instead: device_available()
+// says "built without CUDA". The library kvtile_eval_core does not depend on
+// the choice (tools/CMakeLists.txt adds one of the two to the executable).
 #pragma once
 
 #include <cstddef>
@@ -62,27 +64,5 @@ class device_codec_session {
   struct impl;
   std::unique_ptr<impl> d_;
 };
-
-#if !KVTILE_EVAL_HAVE_CUDA
-// Built without CUDA: no device, nothing supported (a real fallback: the host
-// path runs and `--device cuda` says so).
-struct device_codec_session::impl {};
-inline bool device_available(std::string& why) {
-  why = "kvtile-eval was built without CUDA";
-  return false;
-}
-inline bool device_supports(const kvtile::codec_params&) { return false; }
-inline device_codec_session::device_codec_session() = default;
-inline device_codec_session::~device_codec_session() = default;
-inline bool device_codec_session::upload(const float*, const float*, int, int, int, std::string& err) {
-  err = "kvtile-eval was built without CUDA";
-  return false;
-}
-inline bool device_codec_session::roundtrip(const kvtile::codec_params&, float*, float*, std::vector<int>&,
-                                            std::vector<unsigned char>*, std::string& err) {
-  err = "kvtile-eval was built without CUDA";
-  return false;
-}
-#endif
 
 }  // namespace kvtile_eval

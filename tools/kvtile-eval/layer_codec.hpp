@@ -8,6 +8,8 @@
 // device_codec.hpp); tokens of a trailing partial tile stay fp16, as the fp16
 // tail of an engine's cache. compare_layer counts the (tile, KV head) items
 // whose record or decoded K/V bits differ between host and GPU.
+// quantize_layer_method runs quantize_layer with a method's codec; it is
+// compiled once, in the library kvtile_eval_core (src/host_codec*.cpp).
 #pragma once
 
 #include <algorithm>
@@ -103,6 +105,22 @@ bool quantize_layer(const dataset& ds, int l, sinkhorn_memo* memo, int threads, 
   copy_tail(ds, tiles * G, b);
   return true;
 }
+
+// What quantize_layer_method reports of the codec it ran.
+struct host_codec_result {
+  double bits = 0;               // Codec::bits_per_element
+  std::size_t record_bytes = 0;  // Codec::record_bytes
+  bool ok = true;                // quantize_layer's result (true when run is false)
+};
+
+// quantize_layer<with_memo_t<Codec>> for method m's codec (dispatch_method(m,
+// p)) on layer l when `run`; with run false only the codec's sizes are
+// reported. Returns dispatch_method's status. Not a template: the codecs are
+// compiled once, in the library kvtile_eval_core (src/host_codec.cpp picks
+// the head_dim's translation unit, src/host_codec_d{64,128,256}.cpp).
+kvtile::status quantize_layer_method(const method_spec& m, const kvtile::codec_params& p, bool run,
+                                     const dataset& ds, int l, sinkhorn_memo* memo, int threads, layer_buffers& b,
+                                     std::string& err, std::vector<unsigned char>* records, host_codec_result& out);
 
 // The GPU codec on the uploaded layer (device_codec.hpp): decoded tiles into
 // b.kh / b.vh, then the fp16 tail. Fails like the host path on the first

@@ -7,7 +7,7 @@
 // normalizer wrapped in memo_normalizer, which returns the stored result of
 // the same tile (checked by a hash of the tile and the iteration count) from the slot that
 // `memo_slot` points to, or runs the preset's normalizer and stores it.
-// Records are byte-identical to the preset's (tests/host/eval_end_to_end.cpp).
+// Records are byte-identical to the preset's (tools/kvtile-eval/tests/eval_end_to_end.cpp).
 #pragma once
 
 #include <algorithm>

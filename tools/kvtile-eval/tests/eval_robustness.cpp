@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../../tools/kvtile-eval/app.hpp"
-#include "../../tools/kvtile-eval/limits.hpp"
-#include "../../tools/kvtile-eval/npy.hpp"
-#include "../../tools/kvtile-eval/safetensors.hpp"
-#include "../../tools/kvtile-eval/thread_pool.hpp"
+#include "../app.hpp"
+#include "../limits.hpp"
+#include "../npy.hpp"
+#include "../safetensors.hpp"
+#include "../thread_pool.hpp"
 #include "eval_test_support.hpp"
 
 using namespace kvtile_eval;

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "../../tools/kvtile-eval/evaluate.hpp"
-#include "../../tools/kvtile-eval/generator.hpp"
-#include "../../tools/kvtile-eval/metrics.hpp"
-#include "../../tools/kvtile-eval/report.hpp"
+#include "../evaluate.hpp"
+#include "../generator.hpp"
+#include "../metrics.hpp"
+#include "../report.hpp"
 
 using namespace kvtile_eval;
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "../../tools/kvtile-eval/evaluate.hpp"
-#include "../../tools/kvtile-eval/npy.hpp"
-#include "../../tools/kvtile-eval/safetensors.hpp"
+#include "../evaluate.hpp"
+#include "../npy.hpp"
+#include "../safetensors.hpp"
 #include "eval_test_support.hpp"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// tests/host/eval_test_support.hpp: what the kvtile-eval host tests share.
+// tools/kvtile-eval/tests/eval_test_support.hpp: what the kvtile-eval host tests share.
 #pragma once
 
 #include <unistd.h>

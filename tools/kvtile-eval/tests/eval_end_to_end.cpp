@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../../tools/kvtile-eval/app.hpp"
+#include "../app.hpp"
 #include "eval_test_support.hpp"
 
 namespace fs = std::filesystem;

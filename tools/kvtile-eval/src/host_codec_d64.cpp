@@ -1,0 +1,11 @@
+// tools/kvtile-eval/src/host_codec_d64.cpp: the host codecs of head_dim 64
+// (src/host_codec.hpp; one translation unit per head_dim).
+#include "host_codec.hpp"
+
+namespace kvtile_eval {
+namespace detail {
+
+KVTILE_EVAL_HOST_CODEC_D(64) { return quantize_layer_method_d<64>(m, p, run, ds, l, memo, threads, b, err, records, out); }
+
+}  // namespace detail
+}  // namespace kvtile_eval
