@@ -3,7 +3,7 @@
 // libm and CUDA's expf/logf differ in the last bit (method.md section 10), so
 // kvtile's Sinkhorn uses these instead: only +, -, *, / and explicit fma, each
 // correctly rounded on both sides, in a fixed order. Accuracy: within 2 ulp of
-// the correctly rounded result over the ranges kvtile uses (tests/host/fastmath.cpp).
+// the correctly rounded result over the ranges kvtile uses (tests/host/detail/fastmath.cpp).
 #pragma once
 
 #include "../config.hpp"

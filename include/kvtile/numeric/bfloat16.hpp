@@ -5,7 +5,7 @@
 //    subnormals), overflow to +-Inf, any NaN to the canonical 0x7fff.
 //  * bfloat16 -> float is exact (the code shifted left by 16, NaN payload and
 //    sign kept), bit-identical to __bfloat162float.
-// tests/host/numeric_bfloat16.cpp and tests/device/numeric.cu check both.
+// tests/host/numeric/bfloat16.cpp and tests/device/numeric.cu check both.
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,7 @@
 //    path: 0x7f and 0xff give the canonical float NaN 0x7fffffff.
 // Directed variants (e4m3_round_up / e4m3_round_down) serve storage-aware
 // rounding of scales (method.md section 5).
-// tests/host/numeric_e4m3.cpp checks every code and every rounding boundary;
+// tests/host/numeric/float_e4m3.cpp checks every code and every rounding boundary;
 // tests/device/numeric.cu checks all 2^32 floats against CUDA.
 #pragma once
 

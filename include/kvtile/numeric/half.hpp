@@ -9,7 +9,7 @@
 //  * half -> float is exact and bit-identical to CUDA's __half2float: every NaN
 //    code gives the canonical float NaN 0x7fffffff (sign and payload dropped).
 //  * half_round_down / half_round_up are __float2half_rd / __float2half_ru.
-// tests/host/numeric_half.cpp checks every code and every rounding boundary;
+// tests/host/numeric/half.cpp checks every code and every rounding boundary;
 // tests/device/numeric.cu checks all 2^32 floats against CUDA's host code and
 // the device instructions.
 #pragma once

@@ -1,5 +1,5 @@
-// tests/host/speculative_model.hpp: a host paged cache for the draft / fork
-// tests (tests/host/speculative.cpp, tests/device/speculative.cu). plain_append
+// tests/host/paged/speculative_model.hpp: a host paged cache for the draft / fork
+// tests (tests/host/paged/speculative.cpp, tests/device/speculative.cu). plain_append
 // is the reference: tokens appended ONE BY ONE (rotate to fp16 into the tail, a
 // complete tile encoded with paged_record_codec or copied to the sink), written
 // here from the contract of paged_cache.hpp, not with the code under test.
