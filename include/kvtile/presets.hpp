@@ -55,8 +55,8 @@ struct shape {
   int value_bits;
 };
 inline constexpr shape shapes[] = {
-    {"k4v2_g128", 128, 4, 2}, {"k4v4_g128", 128, 4, 4}, {"k2v2_g128", 128, 2, 2},
-    {"k8v8_g128", 128, 8, 8}, {"k4v2_g64", 64, 4, 2},   {"k4v4_g64", 64, 4, 4},
+    {"k4v2_g128", 128, 4, 2}, {"k4v4_g128", 128, 4, 4}, {"k4v2_g64", 64, 4, 2},
+    {"k4v4_g64", 64, 4, 4},   {"k2v2_g128", 128, 2, 2}, {"k8v8_g128", 128, 8, 8},
 };
 inline constexpr int num_shapes = static_cast<int>(sizeof(shapes) / sizeof(shapes[0]));
 // Index in shapes of (G, key bits, value bits), or -1.
@@ -87,8 +87,8 @@ constexpr bool names_shape(const char* name) {
   return presets::find_shape(name) == I && std::is_same_v<Alias<128, fp8_scales>, presets::kvarn_shape<I, 128>>;
 }
 static_assert(names_shape<0, presets::k4v2_g128>("k4v2_g128") && names_shape<1, presets::k4v4_g128>("k4v4_g128") &&
-                  names_shape<2, presets::k2v2_g128>("k2v2_g128") && names_shape<3, presets::k8v8_g128>("k8v8_g128") &&
-                  names_shape<4, presets::k4v2_g64>("k4v2_g64") && names_shape<5, presets::k4v4_g64>("k4v4_g64") &&
+                  names_shape<2, presets::k4v2_g64>("k4v2_g64") && names_shape<3, presets::k4v4_g64>("k4v4_g64") &&
+                  names_shape<4, presets::k2v2_g128>("k2v2_g128") && names_shape<5, presets::k8v8_g128>("k8v8_g128") &&
                   presets::num_shapes == 6,
               "every named preset alias is the table's entry of the same name");
 }  // namespace detail

@@ -93,7 +93,7 @@ std::string choice_list(int n, Item item, const char* last_sep = " or ") {
 
 const char* preset_choices() {
   static const std::string text = choice_list(KVTILE_OPS_NUM_PRESETS, [](int i, std::string& out) {
-    out += std::to_string(i) + " (" + kvtile::presets::shapes[i].name + ")";
+    out += std::to_string(i) + " (" + abi_preset_name(i) + ")";
   });
   return text.c_str();
 }
@@ -110,7 +110,7 @@ const char* device_instance_list() {
       for (const device_instance& d : device_instances)
         if (d.preset == p) dims += (dims.empty() ? "" : ", ") + std::to_string(d.head_dim);
       if (dims.empty()) continue;
-      out += (out.empty() ? "" : "; ") + std::string(kvtile::presets::shapes[p].name) + " at " + dims;
+      out += (out.empty() ? "" : "; ") + std::string(abi_preset_name(p)) + " at " + dims;
     }
     return out;
   }();
@@ -234,7 +234,7 @@ const char* kvtile_ops_version(void) {
 }
 
 const char* kvtile_ops_preset_name(int preset) {
-  return preset >= 0 && preset < KVTILE_OPS_NUM_PRESETS ? kvtile::presets::shapes[preset].name : nullptr;
+  return preset >= 0 && preset < KVTILE_OPS_NUM_PRESETS ? abi_preset_name(preset) : nullptr;
 }
 
 int kvtile_ops_get_preset_info(int preset, int head_dim, kvtile_ops_preset_info* info) {

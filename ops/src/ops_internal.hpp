@@ -26,14 +26,18 @@ __attribute__((format(printf, 2, 3))) int fail(int code, const char* fmt, ...);
 // Maps a kvtile::status to the ABI code, with a message naming the function on failure.
 int from_status(kvtile::status s, const char* function);
 
-// The C ABI's preset ids are the positions of the first KVTILE_OPS_NUM_PRESETS
-// entries of the core's preset table (kvtile::presets::shapes); the C enum
-// mirrors them.
-static_assert(KVTILE_OPS_K4V2_G128 == kvtile::presets::find_shape("k4v2_g128") &&
-                  KVTILE_OPS_K4V4_G128 == kvtile::presets::find_shape("k4v4_g128") &&
-                  KVTILE_OPS_K2V2_G128 == kvtile::presets::find_shape("k2v2_g128") && KVTILE_OPS_NUM_PRESETS == 3 &&
-                  KVTILE_OPS_NUM_PRESETS <= kvtile::presets::num_shapes,
-              "the kvtile_ops_preset ids are the first entries of kvtile::presets::shapes");
+// The C ABI's presets: id -> index in the core's preset table
+// (kvtile::presets::shapes). The C enum (KVTILE_OPS_K4V2_G128, ...) mirrors
+// the ids; a static_assert checks each id names its shape.
+inline constexpr int abi_shape[] = {kvtile::presets::find_shape("k4v2_g128"), kvtile::presets::find_shape("k4v4_g128"),
+                                    kvtile::presets::find_shape("k2v2_g128")};
+constexpr const char* abi_preset_name(int preset) { return kvtile::presets::shapes[abi_shape[preset]].name; }
+static_assert(sizeof(abi_shape) / sizeof(abi_shape[0]) == KVTILE_OPS_NUM_PRESETS &&
+                  kvtile::presets::same_name(abi_preset_name(KVTILE_OPS_K4V2_G128), "k4v2_g128") &&
+                  kvtile::presets::same_name(abi_preset_name(KVTILE_OPS_K4V4_G128), "k4v4_g128") &&
+                  kvtile::presets::same_name(abi_preset_name(KVTILE_OPS_K2V2_G128), "k2v2_g128"),
+              "the kvtile_ops_preset ids name their shapes of kvtile::presets::shapes");
+
 // The C header's constants mirror the core's (one definition each, there).
 static_assert(KVTILE_OPS_MAX_Q_TOKENS == kvtile::attention::max_q_tokens, "KVTILE_OPS_MAX_Q_TOKENS mirrors the core's");
 static_assert(KVTILE_OPS_MAX_DRAFT_TOKENS == kvtile::max_draft_tokens, "KVTILE_OPS_MAX_DRAFT_TOKENS mirrors the core's");
@@ -44,7 +48,7 @@ using kvtile::num_head_dims;
 template <int Preset, int D>
 struct preset_codec {
   static_assert(Preset >= 0 && Preset < KVTILE_OPS_NUM_PRESETS, "a C ABI preset id");
-  using type = kvtile::presets::kvarn_shape<Preset, D>;
+  using type = kvtile::presets::kvarn_shape<abi_shape[Preset], D>;
 };
 
 // The device instantiated set: the default preset at every head_dim, the
@@ -68,7 +72,7 @@ constexpr int device_instance_index(int preset, int head_dim) noexcept {
 }
 // A CUDA translation unit's instance: listed, and named as the table names it.
 constexpr bool is_device_instance(const char* name, int preset, int head_dim) noexcept {
-  return device_instance_index(preset, head_dim) >= 0 && kvtile::presets::same_name(name, kvtile::presets::shapes[preset].name);
+  return device_instance_index(preset, head_dim) >= 0 && kvtile::presets::same_name(name, abi_preset_name(preset));
 }
 
 // Texts of the sets above for messages (host.cpp), made from the tables:

@@ -102,13 +102,14 @@ TEST_CASE("the C ABI's presets, head_dims and messages come from the core's pres
   for (int p = 0; p < KVTILE_OPS_NUM_PRESETS; ++p) {
     CAPTURE(p);
     REQUIRE(kvtile_ops_preset_name(p) != nullptr);
-    CHECK(std::string(kvtile_ops_preset_name(p)) == kvtile::presets::shapes[p].name);
+    const kvtile::presets::shape& sh = kvtile::presets::shapes[kvtile_ops::abi_shape[p]];
+    CHECK(std::string(kvtile_ops_preset_name(p)) == sh.name);
     for (int d : kvtile::head_dims) {
       kvtile_ops_preset_info info;
       REQUIRE(kvtile_ops_get_preset_info(p, d, &info) == KVTILE_OPS_SUCCESS);
-      CHECK(info.tile_tokens == kvtile::presets::shapes[p].tile_tokens);
-      CHECK(info.key_bits == kvtile::presets::shapes[p].key_bits);
-      CHECK(info.value_bits == kvtile::presets::shapes[p].value_bits);
+      CHECK(info.tile_tokens == sh.tile_tokens);
+      CHECK(info.key_bits == sh.key_bits);
+      CHECK(info.value_bits == sh.value_bits);
     }
   }
   CHECK(kvtile_ops_preset_name(-1) == nullptr);

@@ -196,8 +196,8 @@ inline bool check_options(const app_options& o, std::string& err) {
       err = "--gen-outlier-scale must be in [0, " + std::to_string(static_cast<int>(max_outlier_scale)) + "]";
       return false;
     }
-    if (g.head_dim != 64 && g.head_dim != 128 && g.head_dim != 256) {
-      err = "--gen-head-dim " + std::to_string(g.head_dim) + " is not supported (64, 128 or 256)";
+    if (!kvtile::is_head_dim(g.head_dim)) {
+      err = "--gen-head-dim " + std::to_string(g.head_dim) + " is not supported (" + head_dim_list(" or ") + ")";
       return false;
     }
   }

@@ -11,10 +11,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <kvtile/tile_config.hpp>
 
 #include "generator.hpp"
 #include "tensor.hpp"
@@ -92,8 +95,11 @@ inline bool make_dataset(tensor&& k, tensor&& v, tensor* q, dataset& ds, std::st
     err = "keys " + shape_string(k.shape) + " and values " + shape_string(v.shape) + " differ in shape";
     return false;
   }
-  if (kd[3] != 64 && kd[3] != 128 && kd[3] != 256) {
-    err = "head_dim " + std::to_string(kd[3]) + " is not supported by kvtile (64, 128 or 256)";
+  if (!std::any_of(std::begin(kvtile::head_dims), std::end(kvtile::head_dims), [&](int d) { return kd[3] == static_cast<std::size_t>(d); })) {
+    std::string dims_text;
+    for (int i = 0; i < kvtile::num_head_dims; ++i)
+      dims_text += (i == 0 ? "" : i + 1 == kvtile::num_head_dims ? " or " : ", ") + std::to_string(kvtile::head_dims[i]);
+    err = "head_dim " + std::to_string(kd[3]) + " is not supported by kvtile (" + dims_text + ")";
     return false;
   }
   if (q) {

@@ -55,9 +55,9 @@ int main(int argc, char** argv) {
   gen->add_option("--gen-q-heads", o.gen.q_heads, "query heads (a multiple of the KV heads)")
       ->capture_default_str()
       ->check(CLI::Range(1, max_q_heads));
-  gen->add_option("--gen-head-dim", o.gen.head_dim, "head_dim (64, 128, 256)")
+  gen->add_option("--gen-head-dim", o.gen.head_dim, "head_dim (" + kvtile_eval::head_dim_list() + ")")
       ->capture_default_str()
-      ->check(CLI::IsMember({64, 128, 256}));
+      ->check(CLI::IsMember(std::vector<int>(std::begin(kvtile::head_dims), std::end(kvtile::head_dims))));
   gen->add_option("--seed", o.gen.seed, "generator seed")->capture_default_str()->check(uint64_decimal);
   gen->add_option("--gen-outlier-scale", o.outlier_scale,
                   "multiplies the key outlier channels' |mean| (default 20-40; 3: 60-120)")

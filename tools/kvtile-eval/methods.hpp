@@ -117,15 +117,15 @@ void by_shape(const method_spec& m, G&& g) {
   else if (m.value_bits == 2) g(four{}, two{});
   else g(four{}, four{});
 }
-// check(p), then g(std::integral_constant<int, D>) for p's head_dim.
+template <class G, int... I>
+void by_index(G& g, int head_dim, std::integer_sequence<int, I...>) {
+  ((head_dim == kvtile::head_dims[I] ? (void)g(std::integral_constant<int, kvtile::head_dims[I]>{}) : void()), ...);
+}
+// check(p), then g(std::integral_constant<int, D>) for p's head_dim (one of kvtile::head_dims).
 template <class G>
 kvtile::status by_head_dim(const kvtile::codec_params& p, G&& g) {
   if (const kvtile::status s = kvtile::check(p); s != kvtile::status::success) return s;
-  switch (p.head_dim) {
-    case 64: g(std::integral_constant<int, 64>{}); break;
-    case 128: g(std::integral_constant<int, 128>{}); break;
-    default: g(std::integral_constant<int, 256>{}); break;
-  }
+  by_index(g, p.head_dim, std::make_integer_sequence<int, kvtile::num_head_dims>{});
   return kvtile::status::success;
 }
 }  // namespace detail
@@ -211,19 +211,30 @@ inline bool add_iteration_variants(const std::vector<int>& its, std::vector<meth
   return true;
 }
 
-// Every preset of presets.hpp in both packings, then the baselines at the
-// G=128 shapes: kvtile 0.1's KVarN with fp16 scales (k4v2, k4v4, k2v2),
-// kivi and rotate_rtn (fp8 scales) and per-token RTN.
+// kvtile::head_dims as text, "64, 128, 256" (sep ", ") or "64, 128 or 256" (last_sep " or ").
+inline std::string head_dim_list(const char* last_sep = ", ") {
+  std::string out;
+  for (int i = 0; i < kvtile::num_head_dims; ++i)
+    out += (i == 0 ? "" : i + 1 == kvtile::num_head_dims ? last_sep : ", ") + std::to_string(kvtile::head_dims[i]);
+  return out;
+}
+
+// Every preset of the preset table (kvtile::presets::shapes, in its order) in
+// both packings, then the baselines at its G=128 shapes: kvtile 0.1's KVarN
+// with fp16 scales (k4v2, k4v4, k2v2), kivi and rotate_rtn (fp8 scales) and
+// per-token RTN.
 inline std::vector<method_spec> all_methods() {
   std::vector<method_spec> m;
-  const int shapes[6][3] = {{128, 4, 2}, {128, 4, 4}, {64, 4, 2}, {64, 4, 4}, {128, 2, 2}, {128, 8, 8}};
   for (auto pk : {kvtile::packing::fp8_scales, kvtile::packing::fp16_scales})
-    for (auto& s : shapes) m.push_back({family::kvarn, s[0], s[1], s[2], pk});
-  const int v01[3][2] = {{4, 2}, {4, 4}, {2, 2}};
-  for (auto& b : v01) m.push_back({family::kvarn01, 128, b[0], b[1], kvtile::packing::fp16_scales, kvarn01_iterations});
-  const int base[4][2] = {{4, 2}, {4, 4}, {2, 2}, {8, 8}};
+    for (const auto& s : kvtile::presets::shapes) m.push_back({family::kvarn, s.tile_tokens, s.key_bits, s.value_bits, pk});
+  for (const auto& s : kvtile::presets::shapes) {
+    method_spec v01{family::kvarn01, s.tile_tokens, s.key_bits, s.value_bits, kvtile::packing::fp16_scales,
+                    kvarn01_iterations};
+    if (v01.g128_kvarn_shape()) m.push_back(v01);
+  }
   for (auto f : {family::kivi, family::rotate_rtn, family::token_rtn})
-    for (auto& b : base) m.push_back({f, 128, b[0], b[1], kvtile::packing::fp8_scales});
+    for (const auto& s : kvtile::presets::shapes)
+      if (s.tile_tokens == 128) m.push_back({f, 128, s.key_bits, s.value_bits, kvtile::packing::fp8_scales});
   return m;
 }
 
