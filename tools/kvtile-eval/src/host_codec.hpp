@@ -3,7 +3,7 @@
 //
 // dispatch_method (methods.hpp) names every codec of every head_dim and every
 // kvtile::method for any method_spec; this file compiles quantize_layer for
-// those of head_dim D that evaluate() can reach (host_codec_reachable) and
+// those of head_dim D that evaluate() can reach (host_codec_traits::reachable) and
 // nothing for the others, so each codec is compiled once, in one of three
 // translation units that a parallel build compiles at once.
 #pragma once
@@ -63,7 +63,7 @@ kvtile::status quantize_layer_method_d(const method_spec& m, const kvtile::codec
       out.record_bytes = Codec::record_bytes;
       if (run) out.ok = quantize_layer<Run>(ds, l, memo, threads, b, err, records);
     } else {
-      // Not compiled (host_codec_reachable or the head_dim's file is wrong): fail loudly.
+      // Not compiled here (reachable() or the head_dim's file is wrong): fail the method loudly.
       out.ok = false;
       err = "internal error: kvtile-eval has no host codec compiled for " + m.name() + " at head_dim " +
             std::to_string(p.head_dim);
