@@ -284,12 +284,7 @@ void decode(const Tensor& pages, const Tensor& page_table, const Tensor& seq_len
   check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim, qo_indptr);
   kvtile_ops_decode_params p = decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, qo_indptr,
                                              max_q_tokens, window_left, logit_softcap);
-  size_t need = 0;
-  c.result(kvtile_ops_decode_workspace_bytes(&d, &p, &need));
-  check_workspace(c, workspace, need, "kvtile.decode_workspace_bytes");
-  set_io(p, q, out, lse, workspace);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode(&d, &p, current_stream(c)));
+  decode_with(c, d, p, q, out, lse, workspace, "kvtile.decode_workspace_bytes");
 }
 
 // ---- plan / run ----------------------------------------------------------------------
@@ -365,11 +360,7 @@ void decode_plan(int64_t handle, const Tensor& pages, const Tensor& page_table, 
   check_q_dtype(c, q_dtype);
   kvtile_ops_decode_params p = decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, qo_indptr, max_q_tokens,
                                              window_left, logit_softcap);
-  size_t need = 0;
-  c.result(kvtile_ops_decode_workspace_bytes(&d, &p, &need));
-  attach_workspace(c, workspace, need, "kvtile.decode_workspace_bytes", p);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode_plan_build(plan, &d, lens, &p, current_stream(c)));
+  plan_with(c, plan, d, lens, p, workspace, "kvtile.decode_workspace_bytes");
 }
 
 void decode_run(int64_t handle, const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens,
@@ -384,9 +375,7 @@ void decode_run(int64_t handle, const Tensor& pages, const Tensor& page_table, c
   check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim, qo_indptr);
   kvtile_ops_decode_params p = decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, qo_indptr,
                                              max_q_tokens, window_left, logit_softcap);
-  set_io(p, q, out, lse, workspace);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode_plan_run(plan, &d, &p, current_stream(c)));
+  run_with(c, plan, d, p, q, out, lse, workspace);
 }
 
 #endif

@@ -63,12 +63,7 @@ void fp16_decode(const Tensor& k_pages, const Tensor& v_pages, const Tensor& pag
   check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim);
   kvtile_ops_decode_params p =
       decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
-  size_t need = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, &p, &need));
-  check_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes");
-  set_io(p, q, out, lse, workspace);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_fp16_decode(&d, &p, current_stream(c)));
+  decode_with(c, d, p, q, out, lse, workspace, "kvtile.fp16_decode_workspace_bytes");
 }
 
 void fp16_decode_plan(int64_t handle, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
@@ -83,11 +78,7 @@ void fp16_decode_plan(int64_t handle, const Tensor& k_pages, const Tensor& v_pag
   check_q_dtype(c, q_dtype);
   kvtile_ops_decode_params p =
       decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
-  size_t need = 0;
-  c.result(kvtile_ops_fp16_decode_workspace_bytes(&d, &p, &need));
-  attach_workspace(c, workspace, need, "kvtile.fp16_decode_workspace_bytes", p);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode_plan_build_fp16(plan, &d, lens, &p, current_stream(c)));
+  plan_with(c, plan, d, lens, p, workspace, "kvtile.fp16_decode_workspace_bytes");
 }
 
 void fp16_decode_run(int64_t handle, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
@@ -100,9 +91,7 @@ void fp16_decode_run(int64_t handle, const Tensor& k_pages, const Tensor& v_page
   check_decode_io(c, q, out, lse, workspace, d.num_seqs, d.kv_heads, d.head_dim);
   kvtile_ops_decode_params p =
       decode_params(c, q.size(1), q.scalar_type(), softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
-  set_io(p, q, out, lse, workspace);
-  const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(kvtile_ops_decode_plan_run_fp16(plan, &d, &p, current_stream(c)));
+  run_with(c, plan, d, p, q, out, lse, workspace);
 }
 #endif
 

@@ -206,6 +206,68 @@ inline const int32_t* host_lens(checker& c, const Tensor& host_seq_lens, int64_t
   c.cpu(host_seq_lens, "host_seq_lens", {at::kInt}, {num_seqs});
   return host_seq_lens.data_ptr<int32_t>();
 }
+
+// The C ABI's decode functions of either cache, overloaded on its descriptor,
+// so that one body below serves the quantized ops and the fp16 baseline's.
+inline int abi_workspace_bytes(const kvtile_ops_cache* d, const kvtile_ops_decode_params* p, size_t* bytes) {
+  return kvtile_ops_decode_workspace_bytes(d, p, bytes);
+}
+inline int abi_workspace_bytes(const kvtile_ops_fp16_cache* d, const kvtile_ops_decode_params* p, size_t* bytes) {
+  return kvtile_ops_fp16_decode_workspace_bytes(d, p, bytes);
+}
+inline int abi_decode(const kvtile_ops_cache* d, const kvtile_ops_decode_params* p, kvtile_ops_stream s) {
+  return kvtile_ops_decode(d, p, s);
+}
+inline int abi_decode(const kvtile_ops_fp16_cache* d, const kvtile_ops_decode_params* p, kvtile_ops_stream s) {
+  return kvtile_ops_fp16_decode(d, p, s);
+}
+inline int abi_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_cache* d, const int32_t* lens,
+                          const kvtile_ops_decode_params* p, kvtile_ops_stream s) {
+  return kvtile_ops_decode_plan_build(plan, d, lens, p, s);
+}
+inline int abi_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* d, const int32_t* lens,
+                          const kvtile_ops_decode_params* p, kvtile_ops_stream s) {
+  return kvtile_ops_decode_plan_build_fp16(plan, d, lens, p, s);
+}
+inline int abi_plan_run(const kvtile_ops_decode_plan* plan, const kvtile_ops_cache* d, const kvtile_ops_decode_params* p,
+                        kvtile_ops_stream s) {
+  return kvtile_ops_decode_plan_run(plan, d, p, s);
+}
+inline int abi_plan_run(const kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* d,
+                        const kvtile_ops_decode_params* p, kvtile_ops_stream s) {
+  return kvtile_ops_decode_plan_run_fp16(plan, d, p, s);
+}
+
+// The steps after the checks, for either cache: a one-call decode (its
+// workspace sized, then the launch), a plan (its workspace attached), a run.
+// sizer names the workspace op in messages.
+template <class Desc>
+void decode_with(const checker& c, const Desc& d, kvtile_ops_decode_params& p, const Tensor& q, const Tensor& out,
+                 const optional<Tensor>& lse, const Tensor& workspace, const char* sizer) {
+  size_t need = 0;
+  c.result(abi_workspace_bytes(&d, &p, &need));
+  check_workspace(c, workspace, need, sizer);
+  set_io(p, q, out, lse, workspace);
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(abi_decode(&d, &p, current_stream(c)));
+}
+template <class Desc>
+void plan_with(const checker& c, kvtile_ops_decode_plan* plan, const Desc& d, const int32_t* lens,
+               kvtile_ops_decode_params& p, const Tensor& workspace, const char* sizer) {
+  size_t need = 0;
+  c.result(abi_workspace_bytes(&d, &p, &need));
+  attach_workspace(c, workspace, need, sizer, p);
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(abi_plan_build(plan, &d, lens, &p, current_stream(c)));
+}
+template <class Desc>
+void run_with(const checker& c, const kvtile_ops_decode_plan* plan, const Desc& d, kvtile_ops_decode_params& p,
+              const Tensor& q, const Tensor& out, const optional<Tensor>& lse, const Tensor& workspace) {
+  set_io(p, q, out, lse, workspace);
+  const c10::cuda::CUDAGuard guard(*c.device);
+  c.result(abi_plan_run(plan, &d, &p, current_stream(c)));
+}
+
 #else
 // A build without CUDA: every device op (whatever its arguments) raises, naming
 // why setup.py built it CPU-only.
