@@ -21,7 +21,7 @@
 #include <kvtile/device/attention/paged_decode.cuh>
 #include <kvtile/device/paged/speculative.cuh>
 
-#include "../host/speculative_model.hpp"
+#include "../host/paged/speculative_model.hpp"
 
 namespace {
 
