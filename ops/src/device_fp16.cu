@@ -33,7 +33,7 @@ using kvtile_ops::with_args;
 int launch_fp16_decode(const kvtile_ops_fp16_cache& cache, const kvtile_ops_decode_params& p, kvtile_ops_stream stream,
                        const char* fn) {
   return kvtile_ops::with_head_dim(cache.head_dim, fn, [&](auto d) -> int {
-    if (kvtile::fp16_view_error e = kvtile::fp16_structure_error(make_fp16_view(cache), decltype(d)::value))
+    if (kvtile::view_error e = kvtile::fp16_structure_error(make_fp16_view(cache), decltype(d)::value))
       return kvtile_ops::fail(static_cast<int>(e.code), "%s: %s", fn, e.rule);
     return with_args(p, false, [&](const auto& a) {
       return launch_result(kvtile::attention::paged_decode_fp16<decltype(d)::value>(

@@ -16,6 +16,7 @@
 #include "../config.hpp"
 #include "../numeric/half.hpp"
 #include "../status.hpp"
+#include "paged_cache.hpp"
 
 KVTILE_NAMESPACE_BEGIN
 
@@ -43,13 +44,9 @@ struct fp16_paged_cache_view {
 
 // A view that breaks a structural rule of the fp16 baseline's kernels for
 // head_dim D (the checks of paged_decode_fp16 and can_implement_fp16 before
-// their arguments'), with its text for the layers that report it.
-struct fp16_view_error {
-  status code = status::success;
-  const char* rule = "";
-  constexpr explicit operator bool() const noexcept { return code != status::success; }
-};
-inline fp16_view_error fp16_structure_error(const fp16_paged_cache_view& c, int expected_head_dim) {
+// their arguments'), as a view_error (paged_cache.hpp): the status and the
+// rule's text for the layers that report it.
+inline view_error fp16_structure_error(const fp16_paged_cache_view& c, int expected_head_dim) {
   if (c.head_dim != expected_head_dim) return {status::unsupported_head_dim, "head_dim is not the kernel's"};
   if (c.page_tokens != fp16_page_tokens) return {status::unsupported_tile_tokens, "page_tokens is not fp16_page_tokens"};
   if (!c.k || !c.v || !c.page_table || !c.seq_lens)

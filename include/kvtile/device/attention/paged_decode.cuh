@@ -487,7 +487,7 @@ std::size_t workspace_bytes_fp16(const fp16_paged_cache_view& cache, int q_heads
 namespace detail {
 template <int D, class QT>
 status check_fp16_args(const fp16_paged_cache_view& cache, const decode_args<QT>& a) {
-  if (fp16_view_error e = fp16_structure_error(cache, D)) return e.code;
+  if (view_error e = fp16_structure_error(cache, D)) return e.code;
   if (status s = detail::check_common(a, cache.num_seqs, cache.kv_heads); s != status::success) return s;
   if (a.qo_indptr) return status::invalid_argument;  // the baseline decodes one token per sequence
   if (!a.workspace || a.workspace_bytes < workspace_bytes_fp16<D>(cache, a.q_heads, a.num_splits))
