@@ -443,7 +443,6 @@ int main(int argc, char** argv) {
   BCUDA(cudaGetDeviceProperties(&prop, 0));
   BCUDA(cudaMalloc(&g_flush, g_flush_bytes));
   using namespace kvtile::presets;
-  using ::shape;  // this file's shape, not presets::shape (the preset table's entry type)
   std::printf("bytes per token (D=128; fp16 = 512 B/token/head):\n");
   print_size<k4v2_g128<128>>("k4v2_g128", "fp8_scales");
   print_size<k4v4_g128<128>>("k4v4_g128", "fp8_scales");

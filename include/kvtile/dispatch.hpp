@@ -7,7 +7,7 @@
 //   });
 //
 // The instantiated set is explicit and small: the preset table's shapes
-// (presets::shapes: G=128: k4v2, k4v4, k2v2, k8v8; G=64: k4v2, k4v4) x
+// (presets::preset_shapes: G=128: k4v2, k4v4, k2v2, k8v8; G=64: k4v2, k4v4) x
 // head_dims {64, 128, 256} x packing x method. Anything else returns
 // a status, never calls f.
 #pragma once
@@ -59,7 +59,7 @@ constexpr status check(const codec_params& p) noexcept {
   if (!is_head_dim(p.head_dim)) return status::unsupported_head_dim;
   // tile_config supports G in {32, 64, 128, 256}; the table (and so dispatch) uses some of them.
   bool tile_ok = false;
-  for (const presets::shape& sh : presets::shapes) tile_ok = tile_ok || sh.tile_tokens == p.tile_tokens;
+  for (const presets::preset_shape& sh : presets::preset_shapes) tile_ok = tile_ok || sh.tile_tokens == p.tile_tokens;
   if (!tile_ok) return status::unsupported_tile_tokens;
   if (presets::find_shape(p.tile_tokens, p.key_bits, p.value_bits) < 0) return status::unsupported_bits;
   if (p.pack != packing::fp8_scales && p.pack != packing::fp16_scales) return status::invalid_argument;
@@ -78,7 +78,7 @@ void call_method(method m, F& f) {
 }
 template <int D, int I, class F>
 void call_packing(const codec_params& p, F& f) {
-  constexpr presets::shape sh = presets::shapes[I];
+  constexpr presets::preset_shape sh = presets::preset_shapes[I];
   if (p.pack == packing::fp8_scales)
     call_method<D, sh.tile_tokens, sh.key_bits, sh.value_bits, fp8_scales>(p.algo, f);
   else
@@ -92,7 +92,7 @@ void call_shape(const codec_params& p, F& f, std::integer_sequence<int, I...>) {
 template <class F, int... H>
 void call_head_dim(const codec_params& p, F& f, std::integer_sequence<int, H...>) {
   ((p.head_dim == head_dims[H]
-        ? call_shape<head_dims[H]>(p, f, std::make_integer_sequence<int, presets::num_shapes>{})
+        ? call_shape<head_dims[H]>(p, f, std::make_integer_sequence<int, presets::num_preset_shapes>{})
         : void()),
    ...);
 }

@@ -48,21 +48,21 @@ template <int D, class Packer = fp8_scales> using default_codec = k4v2_g128<D, P
 // dispatch() (every method and packing of every shape at every head_dim), the C
 // ABI's preset ids and instantiated set (ops/src/ops_internal.hpp), the Python
 // registry (through the C ABI) and kvtile-eval's lists derive theirs from it.
-struct shape {
+struct preset_shape {
   const char* name;  // the alias above of the same name
   int tile_tokens;   // G
   int key_bits;
   int value_bits;
 };
-inline constexpr shape shapes[] = {
+inline constexpr preset_shape preset_shapes[] = {
     {"k4v2_g128", 128, 4, 2}, {"k4v4_g128", 128, 4, 4}, {"k4v2_g64", 64, 4, 2},
     {"k4v4_g64", 64, 4, 4},   {"k2v2_g128", 128, 2, 2}, {"k8v8_g128", 128, 8, 8},
 };
-inline constexpr int num_shapes = static_cast<int>(sizeof(shapes) / sizeof(shapes[0]));
-// Index in shapes of (G, key bits, value bits), or -1.
+inline constexpr int num_preset_shapes = static_cast<int>(sizeof(preset_shapes) / sizeof(preset_shapes[0]));
+// Index in preset_shapes of (G, key bits, value bits), or -1.
 constexpr int find_shape(int tile_tokens, int key_bits, int value_bits) noexcept {
-  for (int i = 0; i < num_shapes; ++i)
-    if (shapes[i].tile_tokens == tile_tokens && shapes[i].key_bits == key_bits && shapes[i].value_bits == value_bits)
+  for (int i = 0; i < num_preset_shapes; ++i)
+    if (preset_shapes[i].tile_tokens == tile_tokens && preset_shapes[i].key_bits == key_bits && preset_shapes[i].value_bits == value_bits)
       return i;
   return -1;
 }
@@ -70,15 +70,15 @@ constexpr bool same_name(const char* a, const char* b) noexcept {
   while (*a && *a == *b) ++a, ++b;
   return *a == *b;
 }
-// Index in shapes of a name, or -1.
+// Index in preset_shapes of a name, or -1.
 constexpr int find_shape(const char* name) noexcept {
-  for (int i = 0; i < num_shapes; ++i)
-    if (same_name(shapes[i].name, name)) return i;
+  for (int i = 0; i < num_preset_shapes; ++i)
+    if (same_name(preset_shapes[i].name, name)) return i;
   return -1;
 }
-// The KVarN codec of shapes[I] at head_dim D.
+// The KVarN codec of preset_shapes[I] at head_dim D.
 template <int I, int D, class Packer = fp8_scales>
-using kvarn_shape = kvarn<D, shapes[I].tile_tokens, shapes[I].key_bits, shapes[I].value_bits, Packer>;
+using kvarn_shape = kvarn<D, preset_shapes[I].tile_tokens, preset_shapes[I].key_bits, preset_shapes[I].value_bits, Packer>;
 }  // namespace presets
 
 namespace detail {
@@ -89,7 +89,7 @@ constexpr bool names_shape(const char* name) {
 static_assert(names_shape<0, presets::k4v2_g128>("k4v2_g128") && names_shape<1, presets::k4v4_g128>("k4v4_g128") &&
                   names_shape<2, presets::k4v2_g64>("k4v2_g64") && names_shape<3, presets::k4v4_g64>("k4v4_g64") &&
                   names_shape<4, presets::k2v2_g128>("k2v2_g128") && names_shape<5, presets::k8v8_g128>("k8v8_g128") &&
-                  presets::num_shapes == 6,
+                  presets::num_preset_shapes == 6,
               "every named preset alias is the table's entry of the same name");
 }  // namespace detail
 KVTILE_NAMESPACE_END

@@ -27,16 +27,16 @@ __attribute__((format(printf, 2, 3))) int fail(int code, const char* fmt, ...);
 int from_status(kvtile::status s, const char* function);
 
 // The C ABI's presets: id -> index in the core's preset table
-// (kvtile::presets::shapes). The C enum (KVTILE_OPS_K4V2_G128, ...) mirrors
+// (kvtile::presets::preset_shapes). The C enum (KVTILE_OPS_K4V2_G128, ...) mirrors
 // the ids; a static_assert checks each id names its shape.
 inline constexpr int abi_shape[] = {kvtile::presets::find_shape("k4v2_g128"), kvtile::presets::find_shape("k4v4_g128"),
                                     kvtile::presets::find_shape("k2v2_g128")};
-constexpr const char* abi_preset_name(int preset) { return kvtile::presets::shapes[abi_shape[preset]].name; }
+constexpr const char* abi_preset_name(int preset) { return kvtile::presets::preset_shapes[abi_shape[preset]].name; }
 static_assert(sizeof(abi_shape) / sizeof(abi_shape[0]) == KVTILE_OPS_NUM_PRESETS &&
                   kvtile::presets::same_name(abi_preset_name(KVTILE_OPS_K4V2_G128), "k4v2_g128") &&
                   kvtile::presets::same_name(abi_preset_name(KVTILE_OPS_K4V4_G128), "k4v4_g128") &&
                   kvtile::presets::same_name(abi_preset_name(KVTILE_OPS_K2V2_G128), "k2v2_g128"),
-              "the kvtile_ops_preset ids name their shapes of kvtile::presets::shapes");
+              "the kvtile_ops_preset ids name their shapes of kvtile::presets::preset_shapes");
 
 // The C header's constants mirror the core's (one definition each, there).
 static_assert(KVTILE_OPS_MAX_Q_TOKENS == kvtile::attention::max_q_tokens, "KVTILE_OPS_MAX_Q_TOKENS mirrors the core's");

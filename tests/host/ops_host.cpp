@@ -102,7 +102,7 @@ TEST_CASE("the C ABI's presets, head_dims and messages come from the core's pres
   for (int p = 0; p < KVTILE_OPS_NUM_PRESETS; ++p) {
     CAPTURE(p);
     REQUIRE(kvtile_ops_preset_name(p) != nullptr);
-    const kvtile::presets::shape& sh = kvtile::presets::shapes[kvtile_ops::abi_shape[p]];
+    const kvtile::presets::preset_shape& sh = kvtile::presets::preset_shapes[kvtile_ops::abi_shape[p]];
     CHECK(std::string(kvtile_ops_preset_name(p)) == sh.name);
     for (int d : kvtile::head_dims) {
       kvtile_ops_preset_info info;

@@ -219,21 +219,21 @@ inline std::string head_dim_list(const char* last_sep = ", ") {
   return out;
 }
 
-// Every preset of the preset table (kvtile::presets::shapes, in its order) in
+// Every preset of the preset table (kvtile::presets::preset_shapes, in its order) in
 // both packings, then the baselines at its G=128 shapes: kvtile 0.1's KVarN
 // with fp16 scales (k4v2, k4v4, k2v2), kivi and rotate_rtn (fp8 scales) and
 // per-token RTN.
 inline std::vector<method_spec> all_methods() {
   std::vector<method_spec> m;
   for (auto pk : {kvtile::packing::fp8_scales, kvtile::packing::fp16_scales})
-    for (const auto& s : kvtile::presets::shapes) m.push_back({family::kvarn, s.tile_tokens, s.key_bits, s.value_bits, pk});
-  for (const auto& s : kvtile::presets::shapes) {
+    for (const auto& s : kvtile::presets::preset_shapes) m.push_back({family::kvarn, s.tile_tokens, s.key_bits, s.value_bits, pk});
+  for (const auto& s : kvtile::presets::preset_shapes) {
     method_spec v01{family::kvarn01, s.tile_tokens, s.key_bits, s.value_bits, kvtile::packing::fp16_scales,
                     kvarn01_iterations};
     if (v01.g128_kvarn_shape()) m.push_back(v01);
   }
   for (auto f : {family::kivi, family::rotate_rtn, family::token_rtn})
-    for (const auto& s : kvtile::presets::shapes)
+    for (const auto& s : kvtile::presets::preset_shapes)
       if (s.tile_tokens == 128) m.push_back({f, 128, s.key_bits, s.value_bits, kvtile::packing::fp8_scales});
   return m;
 }
