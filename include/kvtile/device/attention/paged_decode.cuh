@@ -107,7 +107,7 @@ struct decode_policy_sm80 : decode_policy_sm90 {
   static constexpr bool bulk_copies = false;
   static constexpr int max_rings = 8;
   static constexpr int pool_stages = 11;
-  static constexpr int pool_warps = 8;
+  static constexpr int pool_warps = 10;
   static constexpr int wide_stages = 3;
 };
 // RTX 3090 / A6000 / A10 (8.6), RTX 4090 / L40S / L4 (8.9), and sm_80 images
