@@ -63,6 +63,7 @@ SHAPES = {
     "gqa8-64q": {"layers": 16, "hidden": 8192, "heads": 64, "kv_heads": 8, "head_dim": 128,
                  "intermediate": 28672},
 }
+DEVICE = "cuda"
 PAGE_ALIGN = 128  # chunk sizes are multiples of every cache's page (quantized tiles 128, fp16 pages 64)
 PLAN_CHECK_TOL = 2e-2  # relative difference allowed between the shared plan and the one-call decode
 
@@ -450,7 +451,8 @@ def measure_decode(eng, n, prompt_len, args):
     return {"requests": n, "context_tokens": prompt_len + args.warmup, "tokens_per_s": n / _mean(wall),
             "tpot_ms": 1e3 * _mean(wall), "tpot_ms_median": 1e3 * _median(wall), "step_gpu_ms": step_gpu,
             "attention_ms": parts["attention_ms"], "cache_write_ms": parts["cache_write_ms"],
-            "attention_share": parts["attention_ms"] / step_gpu, "cache_write_share": parts["cache_write_ms"] / step_gpu}
+            "attention_share": parts["attention_ms"] / step_gpu,
+            "cache_write_share": parts["cache_write_ms"] / step_gpu}
 
 
 def serve(eng, rows, next_prompt, args, src):
@@ -613,7 +615,7 @@ def run_uniform(model, args, shape, cache, prompt_len, src, fp16_max, budget, vo
         rec["error"] = "the budget of %.1f GB holds no request of %d tokens" % (budget / GB, tokens)
         return rec
     cap["cache_bytes_accounted"] = shape["layers"] * layer_cache_bytes(cache, n, tokens, shape)
-    log("  [%s %dK] %d requests of %d tokens: %.2f GB accounted" % (cache, prompt_len // 1024, n, tokens,
+    log("  [%s %s] %d requests of %d tokens: %.2f GB accounted" % (cache, _k(prompt_len), n, tokens,
                                                                      cap["cache_bytes_accounted"] / GB))
     _check_free(cap["cache_bytes_accounted"] + args.headroom_gb * GB, "%s with %d requests" % (cache, n))
     eng = PlannedEngine(model, cache, max_batch=n, max_len=tokens, plan_mode=args.plan_mode)
@@ -622,8 +624,8 @@ def run_uniform(model, args, shape, cache, prompt_len, src, fp16_max, budget, vo
         cap["workspace_bytes"] = sum(c.workspace.numel() for c in eng.caches)  # in the above (the caches' own)
         if args.prefill_tokens:
             rec["prefill"] = measure_prefill(eng, prompt_len, args, vocab, gen)
-            log("  [%s %dK] prefill %.0f tokens/s (%d requests, %.0f ms each)" % (
-                cache, prompt_len // 1024, rec["prefill"]["tokens_per_s"], rec["prefill"]["requests"],
+            log("  [%s %s] prefill %.0f tokens/s (%d requests, %.0f ms each)" % (
+                cache, _k(prompt_len), rec["prefill"]["tokens_per_s"], rec["prefill"]["requests"],
                 rec["prefill"]["ms_per_request"]))
         t0 = time.perf_counter()
         eng.fill_synthetic({r: prompt_len for r in range(n)}, *src)
@@ -642,13 +644,13 @@ def run_uniform(model, args, shape, cache, prompt_len, src, fp16_max, budget, vo
         for m in sweep_points(n, args.sweep, fp16_max):
             p = measure_decode(eng, m, prompt_len, args)
             rec["sweep"].append(p)
-            log("  [%s %dK] %4d requests: %8.0f tokens/s, TPOT %.2f ms, attention %.0f%% of %.2f ms" % (
-                cache, prompt_len // 1024, m, p["tokens_per_s"], p["tpot_ms"], 100 * p["attention_share"],
+            log("  [%s %s] %4d requests: %8.0f tokens/s, TPOT %.2f ms, attention %.0f%% of %.2f ms" % (
+                cache, _k(prompt_len), m, p["tokens_per_s"], p["tpot_ms"], 100 * p["attention_share"],
                 p["step_gpu_ms"]))
         if args.serve_steps:
             rec["serve"] = serve(eng, n, lambda: prompt_len, args, src)
-            log("  [%s %dK] serving: %.0f tokens/s, %d admitted, %.1f live" % (
-                cache, prompt_len // 1024, rec["serve"]["decode_tokens_per_s"], rec["serve"]["admitted"],
+            log("  [%s %s] serving: %.0f tokens/s, %d admitted, %.1f live" % (
+                cache, _k(prompt_len), rec["serve"]["decode_tokens_per_s"], rec["serve"]["admitted"],
                 rec["serve"]["mean_live"]))
         if args.profile_steps:
             try:
@@ -768,7 +770,7 @@ def table_lines(results):
             out.append("| %s | %s | %d | %d | %.1f | %d / %d | %s | %s | %s |" % (
                 wl, r["cache"], s["rows"], s["steps"], s["mean_live"] or 0, s["finished"], s["admitted"],
                 _fmt(s["decode_tokens_per_s"]), _fmt(s["tpot_ms"], "%.2f"), _fmt(s["admission_fill_ms"], "%.1f")))
-    profs = [r for r in uni if r.get("profile") and "share" in r["profile"]]
+    profs = [r for r in uni if r.get("profile") and r["profile"].get("top")]
     if profs:
         out += ["", "## Where a step's kernel time goes (torch.profiler, eager steps at the maximum)", "",
                 "| prompt | cache | requests | kernel ms / step | attention | cache write | GEMM | other | "
@@ -966,7 +968,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     shape = shape_of(args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    dev = torch.device("cuda")
+    dev = torch.device(DEVICE)
     budget = args.budget_gb * GB
     free0, total = torch.cuda.mem_get_info()
     try:

@@ -290,8 +290,9 @@ def test_serving_bookkeeping(monkeypatch, backend, mixed):
 def fake_results():
     def point(n, tps, share):
         return {"requests": n, "context_tokens": 16387, "tokens_per_s": tps, "tpot_ms": 1e3 * n / tps,
-                "tpot_ms_median": 1e3 * n / tps, "step_gpu_ms": 900.0 * n / tps, "attention_ms": 900.0 * n / tps * share,
-                "cache_write_ms": 0.1, "attention_share": share, "cache_write_share": 0.01}
+                "tpot_ms_median": 1e3 * n / tps, "step_gpu_ms": 900.0 * n / tps,
+                "attention_ms": 900.0 * n / tps * share, "cache_write_ms": 0.1, "attention_share": share,
+                "cache_write_share": 0.01}
 
     fp16 = {"mode": "uniform", "cache": "fp16", "prompt": 16384, "gen": 128,
             "capacity": {"max_requests": 27, "kv_bytes_per_token": 131072, "budget_bytes": BUDGET},
