@@ -284,6 +284,125 @@ def test_serving_bookkeeping(monkeypatch, backend, mixed):
         assert 1 <= out["min_live"] <= out["max_live"] <= rows
 
 
+class _Event:
+    def __init__(self, **kwargs):
+        pass
+
+    def record(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return 2.0
+
+
+class _Graph:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def replay(self):
+        self.fn()
+
+
+def _fake_device(monkeypatch):
+    """The device side faked on CPU: CUDA events and graphs (a graph replays its function), kvtile's device ops
+    checking their arguments, DecodePlan checking that the lengths a run sees are the planned ones, a reference
+    attention for the prefill. Returns the call counts."""
+    calls = {"plan": 0, "run": 0, "prefill": 0, "append": 0, "dequantize": 0}
+
+    class Plan:
+        def __init__(self, cache, dtype=torch.float16, rows=None, softmax_scale=None):
+            self.cache, self.dtype, self.rows, self.lens = cache, dtype, rows, None
+
+        def plan(self, lens):
+            page = 64 if isinstance(self.cache, kvtile.Fp16PagedCache) else 128
+            assert len(lens) == self.rows and all(0 <= x <= self.cache.max_pages_per_seq * page for x in lens)
+            self.lens = list(lens)
+            calls["plan"] += 1
+
+        def run(self, q):
+            assert q.dtype == self.dtype and q.shape == (self.rows, self.cache.q_heads, self.cache.head_dim)
+            assert self.cache.seq_lens[:self.rows].tolist() == self.lens, "run over lengths that were not planned"
+            calls["run"] += 1
+            return torch.zeros_like(q)
+
+        def close(self):
+            pass
+
+    def prefill(cache, k, v, cu, max_tokens_per_seq=None):
+        n = cu[1:] - cu[:-1]
+        assert k.shape[0] == int(cu[-1]) and cu.numel() == cache.max_seqs + 1 and k.is_contiguous()
+        assert int(n.max()) <= max_tokens_per_seq and bool((cache.seq_lens >= n).all())
+        calls["prefill"] += 1
+
+    def append(cache, k, v, rows=None):
+        assert k.shape == (rows, cache.kv_heads, cache.head_dim)
+        calls["append"] += 1
+
+    def dequantize(cache, ids):
+        assert ids.dtype == torch.int32 and ids.is_contiguous() and bool((ids >= 0).all())
+        calls["dequantize"] += 1
+        shape = (ids.shape[0], cache.kv_heads, cache.tile_tokens, cache.head_dim)
+        return torch.zeros(shape, dtype=torch.float16), torch.zeros(shape, dtype=torch.float16)
+
+    def attention(q, k, v, scale):
+        n, L = q.shape[2], k.shape[2]
+        mask = torch.ones(n, L, dtype=torch.bool).tril(L - n)
+        return torch.softmax((q @ k.transpose(-1, -2) * scale).masked_fill(~mask, -math.inf), -1) @ v
+
+    def capture(self, fn):
+        saved = self.seq_lens.clone()
+        fn()  # the eager warm-up of PlannedEngine._capture
+        self.seq_lens.copy_(saved)
+        return _Graph(fn)
+
+    for name, value in (("DecodePlan", Plan), ("prefill", prefill), ("append", append),
+                        ("dequantize_pages", dequantize),
+                        ("decode", lambda cache, q, softmax_scale=None, rows=None: torch.zeros_like(q)),
+                        ("fp16_decode", lambda cache, q, softmax_scale=None, rows=None: torch.zeros_like(q))):
+        monkeypatch.setattr(engine.kvtile, name, value)
+    monkeypatch.setattr(engine, "_causal_attention", attention)
+    monkeypatch.setattr(engine.PlannedEngine, "_capture", capture)
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (200e9, 200e9))
+    return calls
+
+
+def test_every_measurement_on_cpu_with_faked_device_ops(monkeypatch, tmp_path):
+    """run_uniform (prefill, fills, plan check, sweep, part timings, serving) and run_mixed end to end on a tiny
+    model on CPU, the device ops faked (their argument checks and the planned lengths asserted)."""
+    calls = _fake_device(monkeypatch)
+    shape = dict(TINY, heads=4, kv_heads=2, name="tiny")
+    model = cb.build_model("minimal", shape, 64, torch.float32, torch.device("cpu"), 4096)
+    args = cb.parse_args(["--prompts", "1000", "--gen", "20", "--warmup", "2", "--steps", "3", "--serve-steps", "25",
+                          "--prefill-tokens", "1000", "--chunk", "256", "--fill-chunk", "512", "--profile-steps",
+                          "0", "--mixed", "500,1500", "--sweep", "0.5,1"])
+    src = (torch.randn(512, 2, 64), torch.randn(512, 2, 64))
+    gen = torch.Generator()
+    budget = 20e6
+    results = {"meta": fake_results()["meta"], "shape": shape, "budget_bytes": budget, "configs": [], "errors": []}
+    for cache, fp16_max in (("fp16", None), ("k2v2_g128", 12)):
+        rec = cb.run_uniform(model, args, shape, cache, 1000, src, fp16_max, budget, 64, gen)
+        assert "error" not in rec, rec["error"]
+        n = rec["capacity"]["max_requests"]
+        assert rec["capacity"]["cache_bytes_allocated"] == rec["capacity"]["cache_bytes_accounted"] <= budget
+        assert [p["requests"] for p in rec["sweep"]] == cb.sweep_points(n, [0.5, 1], fp16_max)
+        assert rec["serve"]["mean_live"] == n and rec["serve"]["finished"] == rec["serve"]["admitted"] > 0
+        assert rec["prefill"]["requests"] == 1 and rec["plan_check"]["mode"] == "shared"
+        results["configs"].append(rec)
+    mixed = cb.run_mixed(model, args, shape, "k4v2_g128", src, budget)
+    assert "error" not in mixed, mixed["error"]
+    assert mixed["serve"]["admitted"] > 0 and mixed["serve"]["max_live"] <= mixed["capacity"]["rows"]
+    results["configs"].append(mixed)
+    assert calls["run"] > 0 and calls["plan"] > 0 and calls["dequantize"] > 0 and calls["append"] > 0
+    md = open(cb.write_report(str(tmp_path), "cpu", results, picture=False)[1]).read()
+    assert "| 1000 | k2v2_g128 |" in md
+
+
 # ---- the report
 
 
