@@ -588,6 +588,20 @@ def profile_steps(eng, n, prompt_len, args):
     return out
 
 
+def _part(fn, *a):
+    """fn(*a), or {"error": ...} when it fails (a failed prefill, serving or profile keeps the other measurements;
+    a broken CUDA context is re-raised)."""
+    try:
+        return fn(*a)
+    except Exception as e:
+        msg = "%s: %s" % (type(e).__name__, e)
+    log("  failed: %s" % msg)
+    if _fatal_cuda():
+        raise RuntimeError(msg)
+    _free_gpu()
+    return {"error": msg}
+
+
 def _free_gpu():
     gc.collect()
     if not _fatal_cuda():
@@ -623,10 +637,11 @@ def run_uniform(model, args, shape, cache, prompt_len, src, fp16_max, budget, vo
         cap["cache_bytes_allocated"] = eng.cache_bytes()
         cap["workspace_bytes"] = sum(c.workspace.numel() for c in eng.caches)  # in the above (the caches' own)
         if args.prefill_tokens:
-            rec["prefill"] = measure_prefill(eng, prompt_len, args, vocab, gen)
-            log("  [%s %s] prefill %.0f tokens/s (%d requests, %.0f ms each)" % (
-                cache, _k(prompt_len), rec["prefill"]["tokens_per_s"], rec["prefill"]["requests"],
-                rec["prefill"]["ms_per_request"]))
+            rec["prefill"] = _part(measure_prefill, eng, prompt_len, args, vocab, gen)
+            if "error" not in rec["prefill"]:
+                log("  [%s %s] prefill %.0f tokens/s (%d requests, %.0f ms each)" % (
+                    cache, _k(prompt_len), rec["prefill"]["tokens_per_s"], rec["prefill"]["requests"],
+                    rec["prefill"]["ms_per_request"]))
         t0 = time.perf_counter()
         eng.fill_synthetic({r: prompt_len for r in range(n)}, *src)
         _sync()
@@ -648,15 +663,13 @@ def run_uniform(model, args, shape, cache, prompt_len, src, fp16_max, budget, vo
                 cache, _k(prompt_len), m, p["tokens_per_s"], p["tpot_ms"], 100 * p["attention_share"],
                 p["step_gpu_ms"]))
         if args.serve_steps:
-            rec["serve"] = serve(eng, n, lambda: prompt_len, args, src)
-            log("  [%s %s] serving: %.0f tokens/s, %d admitted, %.1f live" % (
-                cache, _k(prompt_len), rec["serve"]["decode_tokens_per_s"], rec["serve"]["admitted"],
-                rec["serve"]["mean_live"]))
+            rec["serve"] = _part(serve, eng, n, lambda: prompt_len, args, src)
+            if "error" not in rec["serve"]:
+                log("  [%s %s] serving: %.0f tokens/s, %d admitted, %.1f live" % (
+                    cache, _k(prompt_len), rec["serve"]["decode_tokens_per_s"], rec["serve"]["admitted"],
+                    rec["serve"]["mean_live"]))
         if args.profile_steps:
-            try:
-                rec["profile"] = profile_steps(eng, n, prompt_len, args)
-            except Exception as e:  # the profiler is a diagnostic: its failure keeps the measurements
-                rec["profile"] = {"error": "%s: %s" % (type(e).__name__, e)}
+            rec["profile"] = _part(profile_steps, eng, n, prompt_len, args)
     except Exception as e:  # the measurements made before the failure are kept
         rec["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
@@ -759,7 +772,7 @@ def table_lines(results):
             out.append("| %s | %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %.0f%% |" % (
                 _k(r["prompt"]), r["cache"], p["requests"], p["tokens_per_s"], p["tpot_ms"], p["step_gpu_ms"],
                 p["attention_ms"], p["cache_write_ms"], 100 * p["attention_share"]))
-    serves = [r for r in results["configs"] if r.get("serve")]
+    serves = [r for r in results["configs"] if r.get("serve") and "error" not in r["serve"]]
     if serves:
         out += ["", "## Continuous batching (requests leave after their tokens, new ones join the freed memory)", "",
                 "| workload | cache | rows | steps | mean live requests | finished / admitted | decode tokens/s | "
@@ -792,11 +805,14 @@ def table_lines(results):
             out.append("| %s | %s | %d | %d | %s |" % (r["cache"], "/".join(_k(p) for p in r["prompts"]), c["rows"],
                                                       c["pool_tokens"], _fmt(c.get("cache_bytes_accounted") and
                                                                               c["cache_bytes_accounted"] / GB, "%.1f")))
-    errs = [r for r in results["configs"] if r.get("error")]
+    errs = []
+    for r in results["configs"]:
+        where = "%s %s" % (r["cache"], _k(r["prompt"]) if "prompt" in r else "mixed")
+        errs += ["- %s: %s" % (where, r["error"])] if r.get("error") else []
+        errs += ["- %s, %s: %s" % (where, part, r[part]["error"]) for part in ("prefill", "serve", "profile")
+                 if isinstance(r.get(part), dict) and "error" in r[part]]
     if errs or results.get("errors"):
-        out += ["", "## Errors", ""]
-        out += ["- %s %s: %s" % (r["cache"], _k(r["prompt"]) if "prompt" in r else "mixed", r["error"]) for r in errs]
-        out += ["- %s" % e for e in results.get("errors", [])]
+        out += ["", "## Errors", ""] + errs + ["- %s" % e for e in results.get("errors", [])]
     out += ["", "## Columns", ""] + COLUMN_NOTES
     return out
 

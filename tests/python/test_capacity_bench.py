@@ -372,6 +372,24 @@ def _fake_device(monkeypatch):
     return calls
 
 
+def test_a_failed_part_keeps_the_others(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+    def fails():
+        raise torch.cuda.OutOfMemoryError("fake") if hasattr(torch.cuda, "OutOfMemoryError") else RuntimeError("fake")
+
+    assert cb._part(fails)["error"].endswith(": fake")
+    assert cb._part(lambda x: {"v": x}, 3) == {"v": 3}
+
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(cb, "_fatal_cuda", lambda: True)  # a broken context ends the run
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        cb._part(broken)
+
+
 def test_every_measurement_on_cpu_with_faked_device_ops(monkeypatch, tmp_path):
     """run_uniform (prefill, fills, plan check, sweep, part timings, serving) and run_mixed end to end on a tiny
     model on CPU, the device ops faked (their argument checks and the planned lengths asserted)."""
@@ -426,7 +444,7 @@ def fake_results():
     q = {"mode": "uniform", "cache": "k4v2_g128", "prompt": 16384, "gen": 128,
          "capacity": {"max_requests": 131, "kv_bytes_per_token": 26656.0, "budget_bytes": BUDGET},
          "sweep": [point(131, 6000.0, 0.75), point(27, 2400.0, 0.5)],
-         "prefill": {"tokens_per_s": 19000.0, "requests": 2}}
+         "prefill": {"tokens_per_s": 19000.0, "requests": 2}, "serve": {"error": "RuntimeError: fake serve"}}
     bad = {"mode": "uniform", "cache": "k2v2_g128", "prompt": 65536, "gen": 128, "sweep": [],
            "capacity": {"max_requests": 48}, "error": "OutOfMemoryError: fake"}
     mixed = {"mode": "mixed", "cache": "fp16", "prompts": [16384, 65536], "gen": 128,
@@ -459,6 +477,7 @@ def test_report(tmp_path):
     assert "| 16K | fp16 | 27 | 17.00 | 78% | 1% | 18% | 3% | fp16_decode_kernel<...> 76% |" in md
     assert "| fp16 | 16K/64K | 11 | 457664 | 59.9 |" in md
     assert "- k2v2_g128 64K: OutOfMemoryError: fake" in md
+    assert "- k4v2_g128 16K, serve: RuntimeError: fake serve" in md
     assert "time-limit 225 s reached" in md
     assert "**max requests**" in md and "synthetic" in md
 
