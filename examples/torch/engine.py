@@ -23,7 +23,14 @@ once into a donor row, each request's row is forked from it (complete pages
 shared by id, the fp16 tail copied; Engine.fork_row) and gets its own suffix
 (Engine.extend, attending the shared prefix through the quantized cache).
 The donor row is kept (its pages referenced) until its last request leaves.
+
+PlannedEngine (examples/torch/capacity_bench.py) is the step an engine runs at scale: the decode step of the
+first n rows (n: the step's concurrency) with attention through kvtile.DecodePlan, planned from host lengths
+before each step and run under one CUDA graph per n; an optional page pool shared by all rows (requests
+admitted when the pages of their length are free); chunked prefill that reads the earlier chunks back from the
+cache; synthetic fills through the caches' own writers; and timings of a step's attention and cache writes.
 """
+import itertools
 import math
 import time
 
@@ -34,9 +41,12 @@ import kvtile
 
 
 def _rope(model):
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    return model.model.rotary_emb, apply_rotary_pos_emb
+    """The model's rotary embedding module and the function that applies it to q and k: a model that brings its own
+    (attribute kvtile_apply_rope, e.g. capacity_bench.py's) or transformers' Llama function."""
+    apply = getattr(model, "kvtile_apply_rope", None)
+    if apply is None:
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as apply
+    return model.model.rotary_emb, apply
 
 
 class Engine:
@@ -62,13 +72,7 @@ class Engine:
         self.seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=dev)
         self.caches = []
         for _ in self.layers:
-            if backend == "fp16":
-                c = kvtile.Fp16PagedCache(max_batch, max_len, self.hkv, self.d, q_heads=self.hq, device=dev)
-            else:
-                c = kvtile.PagedCache(max_batch, max_len, self.hkv, self.d, q_heads=self.hq, preset=backend,
-                                      device=dev, max_q_tokens=kvtile.MAX_Q_TOKENS if self.spec_k else 1)
-                if self.spec_k:
-                    c.enable_drafts()
+            c = self._new_cache()
             c.seq_lens = self.seq_lens  # one length per row for every layer
             self.caches.append(c)
         self.rotary, self.apply_rope = _rope(model)
@@ -88,6 +92,17 @@ class Engine:
             self.v_pred = torch.zeros(slots, dtype=torch.long, device=dev)
             self.v_acc = torch.zeros(max_batch, dtype=torch.int32, device=dev)
             self.v_graph = self.c_graph = None
+
+    def _new_cache(self):
+        """One layer's cache: max_batch rows of max_len tokens, each row owning its pages."""
+        if self.backend == "fp16":
+            return kvtile.Fp16PagedCache(self.max_batch, self.max_len, self.hkv, self.d, q_heads=self.hq,
+                                         device=self.device)
+        c = kvtile.PagedCache(self.max_batch, self.max_len, self.hkv, self.d, q_heads=self.hq, preset=self.backend,
+                              device=self.device, max_q_tokens=kvtile.MAX_Q_TOKENS if self.spec_k else 1)
+        if self.spec_k:
+            c.enable_drafts()
+        return c
 
     def cache_bytes(self):
         return sum(c.nbytes for c in self.caches)
@@ -453,3 +468,364 @@ def run_workload(engine, requests, max_batch):
     wall = time.perf_counter() - t0
     return out, {"wall_s": wall, "generated_tokens": generated, "tokens_per_s": generated / wall,
                  "decode_steps": steps, "decode_step_ms": 1e3 * step_time / max(steps, 1)}
+
+
+# ---------------------------------------------------------------- plan / run over the first n rows, a page pool
+# (examples/torch/capacity_bench.py: capacity and tokens/s at a fixed memory budget)
+
+
+def pooled_cache(backend, rows, max_len, kv_heads, head_dim, q_heads, num_pages, device):
+    """One layer's cache whose rows take their pages from one pool of num_pages pages, assigned by the engine (a
+    row's table entries start unassigned). Quantized: PagedCache(num_pages=...), whose table then starts at -1 and
+    whose append skips empty rows. fp16: Fp16PagedCache has no pool argument, so the pool is the pages of a one-row
+    cache of num_pages + 1 pages, given a [rows, pages per row] table and the workspace of a rows x max_len cache;
+    the extra page (cache.scratch_page) is where unassigned entries point, because the fp16 cache's Python writer
+    stores a token for every row of a step, empty rows included. device="meta" allocates nothing (for .nbytes)."""
+    if backend != "fp16":
+        return kvtile.PagedCache(rows, max_len, kv_heads, head_dim, q_heads=q_heads, preset=backend,
+                                 num_pages=num_pages, device=device)
+    pt = kvtile.Fp16PagedCache.page_tokens
+    like = kvtile.Fp16PagedCache(rows, max_len, kv_heads, head_dim, q_heads=q_heads, device="meta")
+    c = kvtile.Fp16PagedCache(1, (num_pages + 1) * pt, kv_heads, head_dim, q_heads=q_heads, device=device)
+    c.max_seqs, c.max_pages_per_seq, c.num_pages = rows, like.max_pages_per_seq, num_pages + 1
+    c.scratch_page = num_pages
+    c.page_table = torch.full((rows, like.max_pages_per_seq), num_pages, dtype=torch.int32, device=device)
+    c.seq_lens = torch.zeros(rows, dtype=torch.int32, device=device)
+    c.workspace = torch.empty(like.workspace.numel(), dtype=torch.uint8, device=device)
+    return c
+
+
+def _causal_attention(q, k, v, scale):
+    """q [1, hq, n, d] (the last n positions) over k, v [1, hq, L, d] (L >= n), causal with the queries aligned to
+    the end of the keys; never the math backend (it would materialize [hq, n, L] scores)."""
+    n, L = q.shape[2], k.shape[2]
+    if n == L:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n, L), scale=scale)
+
+
+class PlannedEngine(Engine):
+    """Engine's decode step over the first n rows of the batch (n: the concurrency of the step), with what a
+    serving engine adds:
+
+    * attention through kvtile.DecodePlan: planned on the host from the lengths before every step, run captured
+      in one CUDA graph per n. plan_mode "shared": one plan per step for every layer (the layers' caches have one
+      shape and the rows the same lengths, which is what run checks; plan.cache is pointed at each layer's cache
+      while the graph is captured); "per_layer": one DecodePlan per layer, each planned every step;
+    * host copies of the lengths (lens) and of the active flags (act), which the plans read;
+    * num_pages: one page pool for all rows (pooled_cache); admit(row, tokens) takes the pages of a request,
+      release(row) gives them back, so requests join as memory frees. Without it each row owns max_len tokens;
+    * prefill_chunked: a prompt through the model in chunks, each chunk attending the earlier ones read back from
+      the cache (dequantized pages) and written into it;
+    * fill_synthetic: rows filled with synthetic keys and values by the cache's own writer (kvtile.prefill,
+      Fp16PagedCache.write), for decode timings at lengths no model run could reach in a benchmark's time;
+    * time_parts: the GPU time of a step's attention and of its cache writes, each replayed alone in a graph.
+    """
+
+    def __init__(self, model, backend="k4v2_g128", max_batch=16, max_len=1024, num_pages=None, plan_mode="shared"):
+        if plan_mode not in ("shared", "per_layer"):
+            raise ValueError("plan_mode must be 'shared' or 'per_layer' (got %r)" % (plan_mode,))
+        self.num_pages = num_pages  # read by _new_cache, which Engine.__init__ calls
+        super().__init__(model, backend, max_batch=max_batch, max_len=max_len, use_graph=True)
+        self.plan_mode = plan_mode
+        self.dtype = next(model.parameters()).dtype
+        self.page_tokens = kvtile.Fp16PagedCache.page_tokens if backend == "fp16" else self.caches[0].tile_tokens
+        self.lens = [0] * max_batch  # host copy of seq_lens
+        self.act = [0] * max_batch  # host copy of active
+        self.plans = {}  # n -> DecodePlan (shared) or [DecodePlan per layer]
+        self.graphs = {}  # n -> CUDA graph of the step over rows [0, n)
+        if num_pages is not None:
+            self.unassigned = self.caches[0].scratch_page if backend == "fp16" else -1
+            self.page_table = self.caches[0].page_table  # one table for every layer, as seq_lens
+            for c in self.caches[1:]:
+                c.page_table = self.page_table
+            self.free_pages = list(range(num_pages - 1, -1, -1))
+            self.row_pages = {}
+
+    def _new_cache(self):
+        if self.num_pages is None:
+            return super()._new_cache()
+        return pooled_cache(self.backend, self.max_batch, self.max_len, self.hkv, self.d, self.hq, self.num_pages,
+                            self.device)
+
+    # ------------------------------------------------------------ rows: lengths, pages
+    def upload(self):
+        """Device lengths and active flags = the host copies."""
+        self.seq_lens.copy_(torch.tensor(self.lens, dtype=torch.int32))
+        self.active.copy_(torch.tensor(self.act, dtype=torch.int32))
+
+    def admit(self, row, tokens):
+        """Pages for a request of up to `tokens` tokens in row (pool mode; otherwise the row owns max_len tokens).
+        False when the pool has too few free pages."""
+        if tokens > self.max_len:
+            raise ValueError("a request of %d tokens exceeds max_len %d" % (tokens, self.max_len))
+        if self.num_pages is None:
+            return True
+        if row in self.row_pages:
+            raise ValueError("row %d already holds a request" % row)
+        need = -(-tokens // self.page_tokens)
+        if need > len(self.free_pages):
+            return False
+        ids = [self.free_pages.pop() for _ in range(need)]
+        self.row_pages[row] = ids
+        self.page_table[row, :need].copy_(torch.tensor(ids, dtype=torch.int32))
+        return True
+
+    def release(self, row):
+        """The request of row leaves: length 0, inactive, its pages back to the pool (call upload() after)."""
+        self.lens[row] = 0
+        self.act[row] = 0
+        if self.num_pages is not None and row in self.row_pages:
+            self.free_pages.extend(self.row_pages.pop(row))
+            self.page_table[row].fill_(self.unassigned)
+
+    @torch.no_grad()
+    def fill_synthetic(self, lengths, src_k, src_v):
+        """lengths {row: tokens}: each row's tokens 0..tokens-1 in every layer are src_k/src_v rows (synthetic
+        values), written by the cache's own writer in calls of at most src_k.shape[0] tokens; the rows' host and
+        device lengths become `tokens` (the rows must be admitted). src_k, src_v [chunk, kv_heads, D]."""
+        chunk = src_k.shape[0]
+        pieces = [(r, s, min(chunk, t - s)) for r, t in sorted(lengths.items()) for s in range(0, t, chunk)]
+        while pieces:  # a call: at most one piece per row, at most `chunk` tokens
+            call, rest, used, total = [], [], set(), 0
+            for p in pieces:
+                if p[0] in used or total + p[2] > chunk:
+                    rest.append(p)
+                    used.add(p[0])  # a row's pieces go in order: none of its later ones in this call
+                else:
+                    call.append(p)
+                    used.add(p[0])
+                    total += p[2]
+            pieces = rest
+            for r, s, n in call:
+                self.lens[r] = s + n  # the length includes the chunk (the kernels write the last n positions)
+            self.upload()
+            k, v = src_k[:total], src_v[:total]
+            if self.backend == "fp16":
+                k, v = k.to(torch.float16), v.to(torch.float16)  # once, not in every layer's write
+                pos = torch.cat([torch.arange(s, s + n, device=self.device) for _, s, n in call])
+                rows = torch.cat([torch.full((n,), r, dtype=torch.long, device=self.device) for r, _, n in call])
+                for c in self.caches:
+                    c.write(k, v, pos, rows)
+            else:
+                counts = [0] * self.max_batch
+                for r, _, n in call:
+                    counts[r] = n
+                cu = torch.tensor([0] + list(itertools.accumulate(counts)), dtype=torch.int32, device=self.device)
+                mx = max(n for _, _, n in call)
+                for c in self.caches:
+                    kvtile.prefill(c, k, v, cu, max_tokens_per_seq=mx)
+
+    # ------------------------------------------------------------ chunked prefill through the model
+    def _cached_kv(self, cache, row, upto):
+        """Keys and values of tokens [0, upto) of row from the cache, [hkv, upto, d] in the model's dtype; upto is
+        a multiple of the page size (those tokens are in complete pages)."""
+        m = upto // self.page_tokens
+        if self.backend == "fp16":
+            ids = cache.page_table[row, :m].long()
+            k, v = cache.k[ids], cache.v[ids]  # [m, hkv, 64, d]
+        else:
+            k, v = kvtile.dequantize_pages(cache, cache.page_table[row, :m].contiguous())  # [m, hkv, G, d]
+        k = k.permute(1, 0, 2, 3).reshape(self.hkv, upto, self.d).to(self.dtype)
+        v = v.permute(1, 0, 2, 3).reshape(self.hkv, upto, self.d).to(self.dtype)
+        return k, v
+
+    @torch.no_grad()
+    def prefill_chunked(self, row, prompt, chunk):
+        """Writes prompt (1-D long tensor) into row (admitted) in chunks of `chunk` tokens (a multiple of the page
+        size): every layer attends each chunk over the earlier chunks read back from the cache (what the cache
+        holds: dequantized pages for a quantized cache) and its own keys and values, causally, then writes the
+        chunk into the cache. Returns the first generated token (greedy); the row stays inactive."""
+        t = prompt.numel()
+        if t > self.max_len:
+            raise ValueError("prompt of %d tokens exceeds max_len %d" % (t, self.max_len))
+        if chunk % self.page_tokens:
+            raise ValueError("chunk (%d) must be a multiple of the page size %d" % (chunk, self.page_tokens))
+        rep = self.hq // self.hkv
+        for c0 in range(0, t, chunk):
+            ids = prompt[c0:c0 + chunk]
+            n = ids.numel()
+            x = self.model.model.embed_tokens(ids[None])
+            cos, sin = self.rotary(x, torch.arange(c0, c0 + n, device=self.device)[None])
+            self.lens[row] = c0 + n
+            self.upload()
+            cu = None
+            if self.backend != "fp16":
+                counts = [0] * self.max_batch
+                counts[row] = n
+                cu = torch.tensor([0] + list(itertools.accumulate(counts)), dtype=torch.int32, device=self.device)
+            pos = torch.arange(c0, c0 + n, device=self.device)
+            rows = torch.full((n,), row, dtype=torch.long, device=self.device)
+            for layer, cache in zip(self.layers, self.caches):
+                a = layer.self_attn
+                q, k, v = self.qkv(layer, x, cos, sin)  # q [1, hq, n, d], k, v [1, hkv, n, d]
+                if c0:
+                    pk, pv = self._cached_kv(cache, row, c0)
+                    kk, vv = torch.cat([pk[None], k], 2), torch.cat([pv[None], v], 2)
+                else:
+                    kk, vv = k, v
+                o = _causal_attention(q, kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1), self.scale)
+                del kk, vv
+                x = x + a.o_proj(o.transpose(1, 2).reshape(1, n, self.hq * self.d))
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+                kt = k[0].transpose(0, 1).contiguous()  # [n, hkv, d]
+                vt = v[0].transpose(0, 1).contiguous()
+                if self.backend == "fp16":
+                    cache.write(kt, vt, pos, rows)
+                else:
+                    kvtile.prefill(cache, kt, vt, cu, max_tokens_per_seq=n)
+        logits = self.model.lm_head(self.model.model.norm(x[:, -1]))
+        return int(logits.argmax(-1))
+
+    # ------------------------------------------------------------ the decode step over rows [0, n)
+    def _plan(self, n):
+        """Plans the attention of rows [0, n) for the host lengths lens[:n] (what seq_lens holds when it runs)."""
+        p = self.plans.get(n)
+        if p is None:
+            def make(c):
+                return kvtile.DecodePlan(c, dtype=self.dtype, rows=n, softmax_scale=self.scale)
+
+            p = self.plans[n] = make(self.caches[0]) if self.plan_mode == "shared" else [make(c) for c in self.caches]
+        lens = self.lens[:n]
+        for x in ([p] if self.plan_mode == "shared" else p):
+            x.plan(lens)
+
+    def _attend(self, i, cache, q, n):
+        if self.plan_mode == "per_layer":
+            return self.plans[n][i].run(q)
+        plan = self.plans[n]
+        plan.cache = cache  # the shared plan launched over layer i's cache (DecodePlan.run reads plan.cache)
+        try:
+            return plan.run(q)
+        finally:
+            plan.cache = self.caches[0]
+
+    @torch.no_grad()
+    def _decode_rows(self, n):
+        self.seq_lens[:n].add_(self.active[:n])
+        pos = (self.seq_lens[:n].long() - 1).clamp_(min=0)
+        x = self.model.model.embed_tokens(self.tokens[:n])[:, None]  # [n, 1, hidden]
+        cos, sin = self.rotary(x, pos[:, None])
+        for i, (layer, cache) in enumerate(zip(self.layers, self.caches)):
+            a = layer.self_attn
+            q, k, v = self.qkv(layer, x, cos, sin)
+            q = q[:, :, 0].contiguous()  # [n, hq, d]
+            k = k[:, :, 0].contiguous()
+            v = v[:, :, 0].contiguous()
+            if self.backend == "fp16":
+                cache.write(k, v, pos)
+            else:
+                kvtile.append(cache, k, v, rows=n)
+            o = self._attend(i, cache, q, n)
+            x = x + a.o_proj(o.reshape(n, 1, self.hq * self.d))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        logits = self.model.lm_head(self.model.model.norm(x[:, 0]))
+        self.next_tokens[:n].copy_(logits.argmax(-1))
+
+    def _capture(self, fn):
+        """fn run once eagerly on a side stream (kernel attributes, allocator), then captured in a CUDA graph;
+        the device lengths are as before (fn may add to them)."""
+        saved = self.seq_lens.clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        self.seq_lens.copy_(saved)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):  # capture records the work, runs none of it
+            fn()
+        self.seq_lens.copy_(saved)
+        return g
+
+    def step(self, n=None, events=None):
+        """One decode step of rows [0, n) (default all): active rows grow by one token; next_tokens[:n] holds
+        the greedy tokens after it. events: two CUDA events recorded around the graph's replay."""
+        n = self.max_batch if n is None else n
+        for r in range(n):
+            self.lens[r] += self.act[r]
+        self._plan(n)
+        g = self.graphs.get(n)
+        if g is None:
+            g = self.graphs[n] = self._capture(lambda: self._decode_rows(n))
+        if events:
+            events[0].record()
+        g.replay()
+        if events:
+            events[1].record()
+
+    def step_eager(self, n=None):
+        """step() without the graph (for the profiler)."""
+        n = self.max_batch if n is None else n
+        for r in range(n):
+            self.lens[r] += self.act[r]
+        self._plan(n)
+        self._decode_rows(n)
+
+    @torch.no_grad()
+    def check_plan(self, n):
+        """Relative max difference between the plan's attention (as step() runs it) and kvtile's one-call decode
+        over the last layer's cache for random queries, at the current lengths of rows [0, n)."""
+        self._plan(n)
+        i = len(self.caches) - 1
+        q = torch.randn(n, self.hq, self.d, dtype=self.dtype, device=self.device)
+        a = self._attend(i, self.caches[i], q, n).float()
+        if self.backend == "fp16":
+            b = kvtile.fp16_decode(self.caches[i], q, softmax_scale=self.scale, rows=n).float()
+        else:
+            b = kvtile.decode(self.caches[i], q, softmax_scale=self.scale, rows=n).float()
+        return float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+
+    @torch.no_grad()
+    def time_parts(self, n, iters=5):
+        """GPU milliseconds of one step's attention (every layer's planned decode over rows [0, n)) and of its
+        cache writes (every layer's append / fp16 write), each captured alone in a CUDA graph and replayed
+        `iters` times at the current lengths (random inputs; the lengths do not change, so the writes store the
+        last token of each row again)."""
+        self._plan(n)
+        q = torch.randn(n, self.hq, self.d, dtype=self.dtype, device=self.device)
+        k = torch.randn(n, self.hkv, self.d, dtype=self.dtype, device=self.device)
+        v = torch.randn(n, self.hkv, self.d, dtype=self.dtype, device=self.device)
+        pos = (self.seq_lens[:n].long() - 1).clamp_(min=0)
+
+        def attend():
+            for i, c in enumerate(self.caches):
+                self._attend(i, c, q, n)
+
+        def write():
+            for c in self.caches:
+                if self.backend == "fp16":
+                    c.write(k, v, pos)
+                else:
+                    kvtile.append(c, k, v, rows=n)
+
+        out = {}
+        for name, fn in (("attention", attend), ("cache_write", write)):
+            g = self._capture(fn)
+            g.replay()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(iters):
+                g.replay()
+            e1.record()
+            e1.synchronize()
+            out[name + "_ms"] = e0.elapsed_time(e1) / iters
+            del g
+        return out
+
+    def close_plans(self):
+        """Drops the graphs (they launch the plans) and the plans."""
+        self.graphs.clear()
+        for p in self.plans.values():
+            for x in (p if isinstance(p, list) else [p]):
+                x.close()
+        self.plans.clear()
+
+    def close(self):
+        """Drops the graphs, the plans (they hold the caches) and the caches, so that their memory can be freed."""
+        self.close_plans()
+        self.caches = []
