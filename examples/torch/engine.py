@@ -514,8 +514,7 @@ class PlannedEngine(Engine):
 
     * attention through kvtile.DecodePlan: planned on the host from the lengths before every step, run captured
       in one CUDA graph per n. plan_mode "shared": one plan per step for every layer (the layers' caches have one
-      shape and the rows the same lengths, which is what run checks; plan.cache is pointed at each layer's cache
-      while the graph is captured); "per_layer": one DecodePlan per layer, each planned every step;
+      shape and the rows the same lengths: DecodePlan.run(q, cache=layer_cache)); "per_layer": one DecodePlan per layer, each planned every step;
     * host copies of the lengths (lens) and of the active flags (act), which the plans read;
     * num_pages: one page pool for all rows (pooled_cache); admit(row, tokens) takes the pages of a request,
       release(row) gives them back, so requests join as memory frees. Without it each row owns max_len tokens;
@@ -697,12 +696,7 @@ class PlannedEngine(Engine):
     def _attend(self, i, cache, q, n):
         if self.plan_mode == "per_layer":
             return self.plans[n][i].run(q)
-        plan = self.plans[n]
-        plan.cache = cache  # the shared plan launched over layer i's cache (DecodePlan.run reads plan.cache)
-        try:
-            return plan.run(q)
-        finally:
-            plan.cache = self.caches[0]
+        return self.plans[n].run(q, cache=cache)  # the step's one plan over layer i's cache
 
     @torch.no_grad()
     def _decode_rows(self, n):

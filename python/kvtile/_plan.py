@@ -33,6 +33,11 @@ class DecodePlan:
 
     cache: a PagedCache or an Fp16PagedCache (one token per row); rows: the first rows of the cache
     (default all); dtype: the query dtype (float16 or bfloat16).
+
+    One plan serves every layer: run(q, cache=layer_cache) launches the planned work over another
+    cache of the planned shape (kind, preset, head_dim, kv_heads, max_pages_per_seq, at least `rows`
+    rows) whose first rows hold the planned lengths, as an engine's layers do; a cache of another
+    shape is refused (ValueError naming the field, the C ABI's kvtile_ops_decode_plan_run rule).
     """
 
     def __init__(self, cache, q_heads=None, dtype=torch.float16, max_q_tokens=1, window_left=None,
@@ -107,11 +112,18 @@ class DecodePlan:
         self._planned = True
         return self
 
-    def run(self, q, out=None, lse=None):
-        """Decode attention of q ([rows, q_heads, D], multi-query [>= cu_seqlens_q[-1], q_heads, D]) as planned."""
+    def run(self, q, out=None, lse=None, cache=None):
+        """Decode attention of q ([rows, q_heads, D], multi-query [>= cu_seqlens_q[-1], q_heads, D]) as planned,
+        over the planned cache or `cache` (another cache of the planned shape: the next layer's)."""
         op = "kvtile.DecodePlan.run"
         if not self._planned:
             raise RuntimeError("%s: call plan() first (a failed plan() also needs a new one)" % op)
+        c = self.cache if cache is None else cache
+        if not isinstance(c, Fp16PagedCache if self.fp16 else PagedCache):
+            raise TypeError("%s: cache must be a kvtile.%s like the planned one (got %s)"
+                            % (op, "Fp16PagedCache" if self.fp16 else "PagedCache", type(c).__name__))
+        if c.max_seqs < self.rows:
+            raise ValueError("%s: cache has %d rows, fewer than the planned %d" % (op, c.max_seqs, self.rows))
         if not isinstance(q, torch.Tensor):
             raise TypeError("%s: q must be a tensor" % op)
         if q.dtype != self.dtype:
@@ -121,7 +133,6 @@ class DecodePlan:
                              % (op, self._q_rows, self.q_heads, self.cache.head_dim, list(q.shape)))
         if out is None:
             out = torch.empty_like(q)
-        c = self.cache
         if self.fp16:
             _ops.fp16_decode_run(self._handle, *c._cache_args(self.rows), q, out, lse, self.workspace,
                                  self.softmax_scale, self.num_splits, self.window_left, self.logit_softcap)

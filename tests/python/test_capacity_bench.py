@@ -322,9 +322,11 @@ def _fake_device(monkeypatch):
             self.lens = list(lens)
             calls["plan"] += 1
 
-        def run(self, q):
-            assert q.dtype == self.dtype and q.shape == (self.rows, self.cache.q_heads, self.cache.head_dim)
-            assert self.cache.seq_lens[:self.rows].tolist() == self.lens, "run over lengths that were not planned"
+        def run(self, q, cache=None):
+            c = self.cache if cache is None else cache
+            assert type(c) is type(self.cache) and c.max_pages_per_seq == self.cache.max_pages_per_seq
+            assert q.dtype == self.dtype and q.shape == (self.rows, c.q_heads, c.head_dim)
+            assert c.seq_lens[:self.rows].tolist() == self.lens, "run over lengths that were not planned"
             calls["run"] += 1
             return torch.zeros_like(q)
 

@@ -346,3 +346,48 @@ def test_decode_options_through_torch_compile():
     ref = kvtile.decode(c, q, cu_seqlens_q=cu, max_q_tokens=4, window_left=64)
     assert torch.equal(got[:5], ref[:5] * 2.0)
     assert torch.equal(got2[:5], plan.run(q)[:5] * 2.0)
+
+
+
+def _fp16_filled(lengths, seed):
+    f = kvtile.Fp16PagedCache(len(lengths), 512, H, D, q_heads=4)
+    k, v = make_tokens(lengths, seed)
+    f.seq_lens.copy_(torch.tensor(lengths, dtype=torch.int32))
+    start = 0
+    for s, L in enumerate(lengths):
+        f.write(k[start:start + L], v[start:start + L], torch.arange(L, device="cuda"),
+                torch.full((L,), s, device="cuda", dtype=torch.long))
+        start += L
+    return f
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_one_plan_runs_over_every_layer_cache(fp16):
+    """One plan run over two caches of the planned shape (an engine's layers: the same lengths, other
+    contents) equals the one-call decode of each; a cache of another shape or kind is refused."""
+    lengths = [300, 20, 129]
+    if fp16:
+        caches = [_fp16_filled(lengths, seed) for seed in (1, 2)]
+    else:
+        caches = [filled(lengths, max_q_tokens=1, extra=212, seed=seed) for seed in (1, 2)]
+    plan = kvtile.DecodePlan(caches[0]).plan(lengths)
+    q = torch.randn(3, 4, D, device="cuda", dtype=torch.float16)
+    got = [plan.run(q, cache=c) for c in caches]
+    want = [(kvtile.fp16_decode if fp16 else kvtile.decode)(c, q) for c in caches]
+    torch.cuda.synchronize()
+    for g, w in zip(got, want):
+        assert (g.float() - w.float()).abs().max().item() < 2e-3
+    assert (got[0].float() - got[1].float()).abs().max().item() > 1e-2  # the second cache's contents were read
+    assert torch.equal(plan.run(q), got[0])  # no cache: the planned one
+    other = (kvtile.Fp16PagedCache(3, 1024, H, D, q_heads=4) if fp16
+             else kvtile.PagedCache(3, 1024, H, D, q_heads=4, max_q_tokens=1))
+    with pytest.raises(ValueError, match="max_pages_per_seq"):
+        plan.run(q, cache=other)
+    few_rows = (kvtile.Fp16PagedCache(2, 512, H, D, q_heads=4) if fp16
+                else kvtile.PagedCache(2, 512, H, D, q_heads=4, max_q_tokens=1))
+    with pytest.raises(ValueError, match="fewer than the planned 3"):
+        plan.run(q, cache=few_rows)
+    wrong_kind = (kvtile.PagedCache(3, 512, H, D, q_heads=4) if fp16
+                  else kvtile.Fp16PagedCache(3, 512, H, D, q_heads=4))
+    with pytest.raises(TypeError, match="like the planned one"):
+        plan.run(q, cache=wrong_kind)
