@@ -139,6 +139,17 @@ KVTILE_OPS_API int kvtile_ops_supported(int preset, int head_dim);
 KVTILE_OPS_API int kvtile_ops_get_preset_info(int preset, int head_dim, kvtile_ops_preset_info* info);
 /* Tokens per page of the fp16 baseline cache (64). */
 KVTILE_OPS_API int32_t kvtile_ops_fp16_page_tokens(void);
+/* The rules of the decode options alone, in CPU-only builds too: what the
+ * decode, plan, run and workspace functions check in params (q_heads > 0,
+ * max_q_tokens in [1, 8], window_left >= -1, logit_softcap >= 0 and finite,
+ * num_splits in [0, 4096]; with need_io != 0 also max_q_tokens > 1 only with
+ * qo_indptr (has_qo_indptr != 0) and softmax_scale > 0 and finite), for a
+ * binding that checks its arguments before it has tensors. KVTILE_OPS_SUCCESS,
+ * or KVTILE_OPS_INVALID_ARGUMENT with a message naming the option, its value
+ * and the rule. */
+KVTILE_OPS_API int kvtile_ops_check_decode_options(int32_t q_heads, int32_t max_q_tokens, int has_qo_indptr,
+                                                   int32_t window_left, float logit_softcap, int32_t num_splits,
+                                                   int need_io, float softmax_scale);
 
 /* ---- host codec (no GPU) --------------------------------------------------- */
 /* Encodes num_tiles tiles: keys/values [num_tiles][G][head_dim] in dtype

@@ -59,7 +59,7 @@ int check_params(const kvtile_ops_decode_params* p, const char* function, bool n
   if (kvtile::attention::arg_error e =
           kvtile::attention::check_decode_options(p->q_heads, p->max_q_tokens, p->qo_indptr != nullptr, p->window_left,
                                                   p->logit_softcap, p->num_splits, need_io, p->softmax_scale))
-    return fail(static_cast<int>(e.code), "%s: %s %g %s", function, e.name, e.value, e.rule);
+    return fail_option(e, function);
   if (!need_io) return KVTILE_OPS_SUCCESS;  // the workspace query reads the sizes only
   if (!p->workspace) return fail(KVTILE_OPS_NULL_POINTER, "%s: workspace is NULL", function);
   if (reinterpret_cast<std::uintptr_t>(p->workspace) % 16 != 0)

@@ -127,6 +127,10 @@ int from_status(kvtile::status s, const char* function) {
   return fail(code, "%s: %s", function, kvtile::to_string(s));
 }
 
+int fail_option(const kvtile::attention::arg_error& e, const char* function) {
+  return fail(static_cast<int>(e.code), "%s: %s %g %s", function, e.name, e.value, e.rule);
+}
+
 }  // namespace kvtile_ops
 
 using namespace kvtile_ops;
@@ -235,6 +239,15 @@ const char* kvtile_ops_version(void) {
 
 const char* kvtile_ops_preset_name(int preset) {
   return preset >= 0 && preset < KVTILE_OPS_NUM_PRESETS ? abi_preset_name(preset) : nullptr;
+}
+
+int kvtile_ops_check_decode_options(int32_t q_heads, int32_t max_q_tokens, int has_qo_indptr, int32_t window_left,
+                                    float logit_softcap, int32_t num_splits, int need_io, float softmax_scale) {
+  if (kvtile::attention::arg_error e = kvtile::attention::check_decode_options(
+          q_heads, max_q_tokens, has_qo_indptr != 0, window_left, logit_softcap, num_splits, need_io != 0,
+          softmax_scale))
+    return fail_option(e, "kvtile_ops_check_decode_options");
+  return KVTILE_OPS_SUCCESS;
 }
 
 int kvtile_ops_get_preset_info(int preset, int head_dim, kvtile_ops_preset_info* info) {

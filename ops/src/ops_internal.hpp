@@ -25,6 +25,9 @@ namespace kvtile_ops {
 __attribute__((format(printf, 2, 3))) int fail(int code, const char* fmt, ...);
 // Maps a kvtile::status to the ABI code, with a message naming the function on failure.
 int from_status(kvtile::status s, const char* function);
+// A broken decode option (kvtile::attention::check_decode_options): its code, with the message
+// "<function>: <option> <value> <rule>".
+int fail_option(const kvtile::attention::arg_error& e, const char* function);
 
 // The C ABI's presets: id -> index in the core's preset table
 // (kvtile::presets::preset_shapes). The C enum (KVTILE_OPS_K4V2_G128, ...) mirrors

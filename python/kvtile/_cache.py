@@ -3,7 +3,7 @@ import torch
 
 from ._codec import preset_info
 from ._registry import MAX_DRAFT_TOKENS, _ops, _preset_id, has_cuda
-from ._validate import _heads, _int, _max_q, _pages_per_seq
+from ._validate import _check_options, _heads, _int, _max_q, _pages_per_seq
 
 
 class _CacheShape:
@@ -23,6 +23,7 @@ class _CacheShape:
                           else _int(op, "num_pages", num_pages, 1))
         self.num_slots = self.max_seqs if num_slots is None else _int(op, "num_slots", num_slots, 1)
         self.max_q_tokens = _max_q(op, max_q_tokens)
+        _check_options(op, max_q_tokens=self.max_q_tokens)
 
 
 class PagedCache:

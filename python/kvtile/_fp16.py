@@ -3,7 +3,7 @@ import torch
 
 from ._cache import _check_cache
 from ._registry import _FP16_PAGE_TOKENS, _ops, has_cuda
-from ._validate import _check_q, _heads, _int, _pages_per_seq, _scale, _softcap, _window
+from ._validate import _check_options, _check_q, _heads, _int, _pages_per_seq, _scale, _softcap, _splits, _window
 
 
 class Fp16PagedCache:
@@ -61,10 +61,11 @@ def fp16_decode(cache, q, out=None, lse=None, softmax_scale=None, rows=None, num
     op = "kvtile.fp16_decode"
     _check_cache(op, cache, Fp16PagedCache)
     _check_q(op, q)
-    num_splits = _int(op, "num_splits", num_splits, 0)
+    num_splits = _splits(op, num_splits)
     window = _window(op, window_left)
     cap = _softcap(op, logit_softcap)
     scale = _scale(op, softmax_scale, q.shape[-1])
+    _check_options(op, window_left=window, logit_softcap=cap, num_splits=num_splits, softmax_scale=scale)
     if out is None:
         out = torch.empty_like(q)
     _ops.fp16_decode(*cache._cache_args(rows), q, out, lse, cache.workspace, scale, num_splits, window, cap)

@@ -3,8 +3,8 @@ import torch
 
 from ._cache import _check_cache
 from ._registry import MAX_Q_TOKENS, _ops
-from ._validate import (_INT64_MAX, _check_cu_seqlens_q, _check_q, _int, _max_q, _scale, _softcap,
-                        _window)
+from ._validate import (_check_cu_seqlens_q, _check_options, _check_q, _int, _INT64_MAX, _max_q, _scale, _softcap,
+                        _splits, _window)
 
 
 def prefill(cache, k, v, cu_seqlens, max_tokens_per_seq=None, rows=None, flags=None):
@@ -47,7 +47,7 @@ def decode(cache, q, out=None, lse=None, softmax_scale=None, rows=None, num_spli
     op = "kvtile.decode"
     _check_cache(op, cache)
     _check_q(op, q)
-    num_splits = _int(op, "num_splits", num_splits, 0)
+    num_splits = _splits(op, num_splits)
     window = _window(op, window_left)
     cap = _softcap(op, logit_softcap)
     if q.dim() == 3 and (q.shape[1] <= 0 or q.shape[1] % cache.kv_heads):
@@ -73,6 +73,8 @@ def decode(cache, q, out=None, lse=None, softmax_scale=None, rows=None, num_spli
             mq = max(1, int(n.max())) if n.numel() else 1
         else:
             mq = _max_q(op, max_q_tokens)
+    _check_options(op, max_q_tokens=mq, has_qo_indptr=cu_seqlens_q is not None, window_left=window,
+                   logit_softcap=cap, num_splits=num_splits, softmax_scale=scale)
     if workspace is None:
         if mq > getattr(cache, "max_q_tokens", 1):
             raise ValueError("kvtile.decode: %d new tokens per row need a larger workspace than this cache's (made "

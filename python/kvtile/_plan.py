@@ -7,7 +7,8 @@ from . import _C
 from ._cache import PagedCache
 from ._fp16 import Fp16PagedCache
 from ._registry import _ops, has_cuda
-from ._validate import _check_cu_seqlens_q, _host_int32, _int, _max_q, _scale, _softcap, _window
+from ._validate import (_check_cu_seqlens_q, _check_options, _host_int32, _int, _max_q, _scale, _softcap, _splits,
+                        _window)
 
 
 class DecodePlan:
@@ -62,7 +63,10 @@ class DecodePlan:
         self.window_left = _window(op, window_left)
         self.logit_softcap = _softcap(op, logit_softcap)
         self.softmax_scale = _scale(op, softmax_scale, cache.head_dim)
-        self.num_splits = _int(op, "num_splits", num_splits, 0)
+        self.num_splits = _splits(op, num_splits)
+        _check_options(op, q_heads=self.q_heads, max_q_tokens=self.max_q_tokens, has_qo_indptr=self.max_q_tokens > 1,
+                       window_left=self.window_left, logit_softcap=self.logit_softcap, num_splits=self.num_splits,
+                       softmax_scale=self.softmax_scale)
         self._q_rows = None  # rows of q the last plan needs (multi-query)
         self._planned = False
         self._handle = None

@@ -5,10 +5,11 @@ import operator
 
 import torch
 
-from ._registry import MAX_Q_TOKENS
+from ._registry import _ops
 
 # The C ABI's int32 arguments (kvtile_ops.h) and torch's int64 op arguments.
 _INT32_MAX = 2**31 - 1
+_INT32_MIN = -2**31
 _INT64_MAX = 2**63 - 1
 
 
@@ -28,30 +29,41 @@ def _int(op, name, value, lo, hi=_INT32_MAX, what=""):
 
 
 def _window(op, window_left):
+    """None -> -1 (no window); otherwise an int32. The range is the core's rule (_check_options)."""
     if window_left is None:
         return -1
-    return _int(op, "window_left", window_left, -1, what=" or None (-1, None: no window)")
+    return _int(op, "window_left", window_left, _INT32_MIN)
 
 
 def _softcap(op, logit_softcap):
-    if logit_softcap is None:
-        return 0.0
-    cap = float(logit_softcap)
-    if not (math.isfinite(cap) and cap >= 0.0):
-        raise ValueError("%s: logit_softcap must be None or 0 (off) or positive and finite (got %r)"
-                         % (op, logit_softcap))
-    return cap
+    """None -> 0.0 (off); otherwise a float. The range is the core's rule (_check_options)."""
+    return 0.0 if logit_softcap is None else float(logit_softcap)
 
 
 def _max_q(op, max_q_tokens):
-    return _int(op, "max_q_tokens", max_q_tokens, 1, MAX_Q_TOKENS)
+    """An int32; the range (1 .. MAX_Q_TOKENS) is the core's rule (_check_options)."""
+    return _int(op, "max_q_tokens", max_q_tokens, _INT32_MIN)
+
+
+def _splits(op, num_splits):
+    """An int32; the range (0 = automatic .. 4096) is the core's rule (_check_options)."""
+    return _int(op, "num_splits", num_splits, _INT32_MIN)
 
 
 def _scale(op, softmax_scale, head_dim):
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    if not (math.isfinite(scale) and scale > 0.0):
-        raise ValueError("%s: softmax_scale must be positive and finite (got %r)" % (op, softmax_scale))
-    return scale
+    """None -> 1 / sqrt(head_dim); otherwise a float. The range is the core's rule (_check_options)."""
+    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+
+
+def _check_options(op, q_heads=1, max_q_tokens=1, has_qo_indptr=False, window_left=-1, logit_softcap=0.0,
+                   num_splits=0, softmax_scale=None):
+    """The decode options' rules, written once in the core (kvtile::attention::check_decode_options)
+    and reached through the C ABI (kvtile_ops_check_decode_options), which every decode, plan and run
+    applies again: ValueError naming op, the option, its value and the rule. softmax_scale None:
+    the subset that sizes a workspace (no qo_indptr pairing, no scale)."""
+    need_io = softmax_scale is not None
+    _ops.check_decode_options(op, q_heads, max_q_tokens, has_qo_indptr, window_left, logit_softcap, num_splits,
+                              need_io, softmax_scale if need_io else 0.0)
 
 
 def _host_int32(op, name, values, n):

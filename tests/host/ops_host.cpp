@@ -6,6 +6,7 @@
 #include <kvtile_ops.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -128,4 +129,41 @@ TEST_CASE("the C ABI's presets, head_dims and messages come from the core's pres
     CHECK(kvtile_ops::device_instance_index(d.preset, d.head_dim) >= 0);
   }
   CHECK(kvtile_ops::device_instance_index(KVTILE_OPS_K4V4_G128, 64) == -1);
+}
+
+TEST_CASE("kvtile_ops_check_decode_options is the core's rule of the decode options, in any build (issue 32 item 2)") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct bad {
+    int q_heads, max_q, has_qo, window;
+    float cap;
+    int splits, need_io;
+    float scale;
+    const char* text;
+  };
+  const bad cases[] = {
+      {0, 1, 0, -1, 0.f, 0, 1, 1.f, "q_heads 0 must be positive"},
+      {4, 9, 1, -1, 0.f, 0, 1, 1.f, "max_q_tokens 9 is not in [1, 8]"},
+      {4, 0, 1, -1, 0.f, 0, 0, 1.f, "max_q_tokens 0 is not in [1, 8]"},
+      {4, 1, 0, -2, 0.f, 0, 1, 1.f, "window_left -2 must be -1 (no window) or >= 0"},
+      {4, 1, 0, -1, -1.f, 0, 1, 1.f, "logit_softcap -1 must be 0 (off) or positive and finite"},
+      {4, 1, 0, -1, nan, 0, 1, 1.f, "logit_softcap"},
+      {4, 1, 0, -1, inf, 0, 0, 1.f, "logit_softcap inf"},
+      {4, 1, 0, -1, 0.f, 4097, 1, 1.f, "num_splits 4097 is not in [0, 4096]"},
+      {4, 1, 0, -1, 0.f, -1, 1, 1.f, "num_splits -1"},
+      {4, 2, 0, -1, 0.f, 0, 1, 1.f, "max_q_tokens 2 > 1 needs qo_indptr"},
+      {4, 1, 0, -1, 0.f, 0, 1, 0.f, "softmax_scale 0 must be positive and finite"},
+      {4, 1, 0, -1, 0.f, 0, 1, nan, "softmax_scale"},
+  };
+  for (const bad& b : cases) {
+    CAPTURE(b.text);
+    CHECK(kvtile_ops_check_decode_options(b.q_heads, b.max_q, b.has_qo, b.window, b.cap, b.splits, b.need_io,
+                                          b.scale) == KVTILE_OPS_INVALID_ARGUMENT);
+    CHECK(std::string(kvtile_ops_last_error()).find(b.text) != std::string::npos);
+    CHECK(std::string(kvtile_ops_last_error()).rfind("kvtile_ops_check_decode_options: ", 0) == 0);
+  }
+  // what holds: defaults, the limits, the workspace query's subset without qo_indptr and scale
+  CHECK(kvtile_ops_check_decode_options(4, 1, 0, -1, 0.f, 0, 1, 0.125f) == KVTILE_OPS_SUCCESS);
+  CHECK(kvtile_ops_check_decode_options(64, 8, 1, 0, 50.f, 4096, 1, 1e30f) == KVTILE_OPS_SUCCESS);
+  CHECK(kvtile_ops_check_decode_options(4, 8, 0, -1, 0.f, 0, 0, nan) == KVTILE_OPS_SUCCESS);
 }

@@ -94,7 +94,7 @@ BAD_QUANTIZED = [
     ("num_slots", 0, ValueError, r"num_slots must be an int in \[1, "),
     ("num_pages", -5, ValueError, r"num_pages must be an int in \[1, "),
     ("num_pages", 8.0, TypeError, "num_pages must be an int"),
-    ("max_q_tokens", 9, ValueError, r"max_q_tokens must be an int in \[1, 8\]"),
+    ("max_q_tokens", 9, ValueError, r"max_q_tokens 9 is not in \[1, 8\]"),  # the core's rule, through the C ABI
 ]
 
 
@@ -156,7 +156,8 @@ def test_decode_needs_a_cache_and_a_tensor():
     (dict(rows=3), ValueError, r"rows must be an int in \[0, 2\]"),
     (dict(rows=-1), ValueError, r"rows must be an int in \[0, 2\]"),
     (dict(rows=1.0), TypeError, "rows must be an int"),
-    (dict(num_splits=-1), ValueError, "num_splits must be an int in"),
+    (dict(num_splits=-1), ValueError, r"num_splits -1 is not in \[0, 4096\]"),
+    (dict(num_splits=4097), ValueError, r"num_splits 4097 is not in \[0, 4096\]"),
     (dict(num_splits=2**32), ValueError, "num_splits must be an int in"),
     (dict(num_splits=1.5), TypeError, "num_splits must be an int"),
 ])

@@ -133,17 +133,20 @@ def cpu_q(rows=2):
 
 
 BAD_DECODE = [
-    ("window_negative", ValueError, "window_left must be", dict(window_left=-2)),
+    ("window_negative", ValueError, r"window_left -2 must be -1 \(no window\) or >= 0", dict(window_left=-2)),
     ("window_float", TypeError, "window_left must be an int", dict(window_left=3.5)),
     ("window_bool", TypeError, "window_left must be an int, not a bool", dict(window_left=True)),
-    ("softcap_nan", ValueError, "logit_softcap must be", dict(logit_softcap=float("nan"))),
-    ("softcap_inf", ValueError, "logit_softcap must be", dict(logit_softcap=float("inf"))),
-    ("softcap_negative", ValueError, "logit_softcap must be", dict(logit_softcap=-1.0)),
-    ("scale_zero", ValueError, "softmax_scale must be positive", dict(softmax_scale=0.0)),
+    ("softcap_nan", ValueError, r"logit_softcap -?nan must be 0 \(off\) or positive and finite",
+     dict(logit_softcap=float("nan"))),
+    ("softcap_inf", ValueError, "logit_softcap inf must be", dict(logit_softcap=float("inf"))),
+    ("softcap_negative", ValueError, "logit_softcap -1 must be", dict(logit_softcap=-1.0)),
+    ("softcap_beyond_float", ValueError, "logit_softcap inf must be", dict(logit_softcap=1e39)),
+    ("scale_zero", ValueError, "softmax_scale 0 must be positive and finite", dict(softmax_scale=0.0)),
+    ("splits_range", ValueError, r"num_splits 5000 is not in \[0, 4096\]", dict(num_splits=5000)),
     ("max_q_without_cu", ValueError, "needs cu_seqlens_q", dict(max_q_tokens=4)),
-    ("max_q_range", ValueError, r"max_q_tokens must be an int in \[1, 8\]",
+    ("max_q_range", ValueError, r"max_q_tokens 9 is not in \[1, 8\]",
      dict(cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32), max_q_tokens=9)),
-    ("max_q_zero", ValueError, r"max_q_tokens must be an int in \[1, 8\]",
+    ("max_q_zero", ValueError, r"max_q_tokens 0 is not in \[1, 8\]",
      dict(cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32), max_q_tokens=0)),
     ("cu_dtype", TypeError, "cu_seqlens_q must have dtype torch.int32",
      dict(cu_seqlens_q=torch.tensor([0, 1, 2]))),
@@ -167,10 +170,12 @@ def test_decode_option_checks(name, exc, msg, kw):
 
 def test_fp16_decode_option_checks():
     f = kvtile.Fp16PagedCache(2, 300, 2, 128, q_heads=4, device="cpu")
-    with pytest.raises(ValueError, match="window_left must be"):
+    with pytest.raises(ValueError, match="kvtile.fp16_decode: .*window_left -3 must be"):
         kvtile.fp16_decode(f, cpu_q(), window_left=-3)
-    with pytest.raises(ValueError, match="logit_softcap must be"):
+    with pytest.raises(ValueError, match="logit_softcap -?nan must be"):
         kvtile.fp16_decode(f, cpu_q(), logit_softcap=float("nan"))
+    with pytest.raises(ValueError, match="num_splits 4097 is not in"):
+        kvtile.fp16_decode(f, cpu_q(), num_splits=4097)
 
 
 BAD_PLAN = [
@@ -179,13 +184,15 @@ BAD_PLAN = [
     ("q_heads", ValueError, "multiple of kv_heads", lambda c, f: kvtile.DecodePlan(c, q_heads=3)),
     ("dtype", TypeError, "dtype must be torch.float16 or torch.bfloat16",
      lambda c, f: kvtile.DecodePlan(c, dtype=torch.float32)),
-    ("max_q", ValueError, "max_q_tokens must be", lambda c, f: kvtile.DecodePlan(c, max_q_tokens=9)),
+    ("max_q", ValueError, "max_q_tokens 9 is not in", lambda c, f: kvtile.DecodePlan(c, max_q_tokens=9)),
     ("fp16_multi_query", ValueError, "fp16 baseline decodes one token",
      lambda c, f: kvtile.DecodePlan(f, max_q_tokens=2)),
-    ("window", ValueError, "window_left must be", lambda c, f: kvtile.DecodePlan(c, window_left=-7)),
-    ("softcap", ValueError, "logit_softcap must be", lambda c, f: kvtile.DecodePlan(c, logit_softcap=float("inf"))),
-    ("scale", ValueError, "softmax_scale must be", lambda c, f: kvtile.DecodePlan(c, softmax_scale=-1.0)),
-    ("splits", ValueError, "num_splits must be", lambda c, f: kvtile.DecodePlan(c, num_splits=-1)),
+    ("window", ValueError, "window_left -7 must be", lambda c, f: kvtile.DecodePlan(c, window_left=-7)),
+    ("softcap", ValueError, "logit_softcap inf must be",
+     lambda c, f: kvtile.DecodePlan(c, logit_softcap=float("inf"))),
+    ("scale", ValueError, "softmax_scale -1 must be", lambda c, f: kvtile.DecodePlan(c, softmax_scale=-1.0)),
+    ("splits", ValueError, "num_splits -1 is not in", lambda c, f: kvtile.DecodePlan(c, num_splits=-1)),
+    ("splits_range", ValueError, "num_splits 4097 is not in", lambda c, f: kvtile.DecodePlan(c, num_splits=4097)),
 ]
 
 

@@ -63,6 +63,27 @@ std::vector<int64_t> abi_limits() {
           kvtile_ops_fp16_page_tokens()};
 }
 
+// The decode options' rules (the C ABI's kvtile_ops_check_decode_options, the core's
+// check_decode_options), for the package's checks before it has tensors; CPU builds too.
+void check_decode_options(const std::string& op, int64_t q_heads, int64_t max_q_tokens, bool has_qo_indptr,
+                          int64_t window_left, double logit_softcap, int64_t num_splits, bool need_io,
+                          double softmax_scale) {
+  const checker c{op.c_str()};
+  auto i32 = [&](const char* name, int64_t v) {  // what narrowing needs; the ranges are the rule's
+    TORCH_CHECK_VALUE(v >= INT32_MIN && v <= INT32_MAX, c.op, ": ", name, " (", v, ") must fit in int32");
+    return static_cast<int32_t>(v);
+  };
+  const int code = kvtile_ops_check_decode_options(
+      i32("q_heads", q_heads), i32("max_q_tokens", max_q_tokens), has_qo_indptr, i32("window_left", window_left),
+      static_cast<float>(logit_softcap), i32("num_splits", num_splits), need_io, static_cast<float>(softmax_scale));
+  if (code == KVTILE_OPS_SUCCESS) return;
+  // "<op>: <option> <value> <rule>": the ABI's text with the Python op in place of its function name
+  std::string msg = kvtile_ops_last_error();
+  const std::string prefix = "kvtile_ops_check_decode_options: ";
+  if (msg.compare(0, prefix.size(), prefix) == 0) msg.erase(0, prefix.size());
+  TORCH_CHECK_VALUE(false, op, ": ", msg);
+}
+
 bool has_cuda() {
 #ifdef KVTILE_WITH_CUDA
   return true;
@@ -393,6 +414,9 @@ TORCH_LIBRARY(kvtile, m) {
   m.def("has_cuda() -> bool", &has_cuda);
   m.def("preset_name(int preset) -> str", &preset_name);
   m.def("abi_limits() -> int[]", &abi_limits);
+  m.def("check_decode_options(str op, int q_heads, int max_q_tokens, bool has_qo_indptr, int window_left, "
+        "float logit_softcap, int num_splits, bool need_io, float softmax_scale) -> ()",
+        &check_decode_options);
   m.def("encode_tiles(Tensor keys, Tensor values, int preset, bool paged) -> Tensor");
   m.def("decode_tiles(Tensor records, int preset, int head_dim, ScalarType dtype, bool original_frame) -> (Tensor, Tensor)");
   m.def("rotate(Tensor x, int preset, bool inverse, ScalarType dtype) -> Tensor");
