@@ -107,6 +107,8 @@ struct decode_policy_sm80 : decode_policy_sm90 {
   static constexpr bool bulk_copies = false;
   static constexpr int max_rings = 8;
   static constexpr int pool_stages = 11;
+  // 10 warps (168 registers, 104 B of spill stores on sm_80) beat 8 without spills: forced on the H200
+  // at 16 x 64K, 323 us against about 384 us (2026-12-05-h200-attention-archs{,-r2}.md).
   static constexpr int pool_warps = 10;
   static constexpr int wide_stages = 3;
 };
