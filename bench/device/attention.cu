@@ -263,15 +263,12 @@ struct wide2 : P {
 using rows8_policy = attention::decode_policy_with<rows8>;
 using wide2_policy = attention::decode_policy_with<wide2>;
 // Tuning of the smaller budgets (--policies, at 16 x 64K and ragged32): the 163 KB budget with bulk
-// copies (what the cp.async load path costs at the same shared memory), and the 99 KB pool with 4 warps.
-// (Settled: sm80 pool_warps 10, docs/attention.md.)
+// copies (what the cp.async load path costs at the same shared memory). Settled, numbers in
+// docs/attention.md: sm80 pool_warps 10, sm86 pool_warps 5.
 struct sm80_bulk_policy : attention::decode_policy_sm80 {
   static constexpr bool bulk_copies = true;  // (sm_90+ images; below sm_90 the cp.async path regardless)
 };
 static_assert(sm80_bulk_policy::bulk_copies, "the 163 KB budget with bulk copies");
-struct sm86_w4_policy : attention::decode_policy_sm86 {
-  static constexpr int pool_warps = 4;
-};
 
 // mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr).
 template <class Codec, class QT = half_t, class P = attention::decode_policy>
@@ -494,7 +491,6 @@ int main(int argc, char** argv) {
                                                                                                false);
         if ((s.B == 16 && s.L == 65536) || s.name == "ragged32") {
           quant_run<k4v2_g128<128>, half_t, attention::forced<sm80_bulk_policy>>("k4v2_g128_sm80_bulk", s, f, false);
-          quant_run<k4v2_g128<128>, half_t, attention::forced<sm86_w4_policy>>("k4v2_g128_sm86_w4", s, f, false);
         }
       }
       if (s.Hq == 16 * s.Hkv) {
