@@ -1,5 +1,6 @@
 """Argument checks shared by the wrappers: every integer argument of the package passes _int before
 anything narrows it; the messages name the op and the argument."""
+import functools
 import math
 import operator
 
@@ -62,8 +63,15 @@ def _check_options(op, q_heads=1, max_q_tokens=1, has_qo_indptr=False, window_le
     applies again: ValueError naming op, the option, its value and the rule. softmax_scale None:
     the subset that sizes a workspace (no qo_indptr pairing, no scale)."""
     need_io = softmax_scale is not None
-    _ops.check_decode_options(op, q_heads, max_q_tokens, has_qo_indptr, window_left, logit_softcap, num_splits,
-                              need_io, softmax_scale if need_io else 0.0)
+    _options_hold(op, q_heads, max_q_tokens, bool(has_qo_indptr), window_left, logit_softcap, num_splits, need_io,
+                  softmax_scale if need_io else 0.0)
+
+
+# An eager decode checks the same options every step: values that held once are remembered (a raise
+# is never cached, so broken values reach the rule each time), sparing the op call on that path.
+@functools.lru_cache(maxsize=256)
+def _options_hold(*args):
+    _ops.check_decode_options(*args)
 
 
 def _host_int32(op, name, values, n):
