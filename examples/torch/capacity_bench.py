@@ -945,6 +945,10 @@ def write_report(out_dir, name, results, picture=True):
 
 
 def _commit():
+    """The source revision of the results: KVTILE_SOURCE_REV when set (a copy of the tree whose .git is not its
+    own), else git rev-parse of this checkout."""
+    if os.environ.get("KVTILE_SOURCE_REV"):
+        return os.environ["KVTILE_SOURCE_REV"]
     try:
         here = os.path.dirname(os.path.abspath(__file__))
         r = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

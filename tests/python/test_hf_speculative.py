@@ -62,13 +62,26 @@ def test_crop_equals_feeding_only_the_kept_tokens(model, length, step, keep):
     b = kvtile.hf.Cache(model.config, preset="k4v2_g128", max_cache_len=512)
     model(ids[:, :length], past_key_values=a, use_cache=True)
     model(ids[:, :length], past_key_values=b, use_cache=True)
-    # a verify step: drafts (of a step longer than 8 tokens, the head is committed and the last 8 are drafts)
+    # a verify step on a (of a step longer than 8 tokens, the head is committed and the last 8 are drafts),
+    # its keys and values recorded per layer
+    seen, update = {}, a.update
+
+    def recording(key_states, value_states, layer_idx, *args, **kwargs):
+        seen[layer_idx] = (key_states.clone(), value_states.clone())
+        return update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    a.update = recording
     model(ids[:, length:length + step], past_key_values=a, use_cache=True)
-    assert a.get_seq_length() == length + step
+    del a.update
+    assert a.get_seq_length() == length + step and len(seen) == len(a.layers)
     a.crop(length + keep)
     assert a.get_seq_length() == length + keep
-    for i in range(keep):  # b: the kept tokens one by one
-        model(ids[:, length + i:length + i + 1], past_key_values=b, use_cache=True)
+    # b: the same keys and values of the kept tokens, one token per update (a model's multi-token forward
+    # computes them in another summation order than one-token forwards, so b takes a's)
+    for i in range(keep):
+        for layer_idx, (k, v) in sorted(seen.items()):
+            b.update(k[:, :, i:i + 1], v[:, :, i:i + 1], layer_idx)
+    assert b.get_seq_length() == length + keep
     assert same_cache(a, b)
     # both continue identically
     nxt = ids[:, length + keep:length + keep + 1] if keep < step else ids[:, :1]
