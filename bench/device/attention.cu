@@ -270,9 +270,12 @@ struct sm80_bulk_policy : attention::decode_policy_sm80 {
 };
 static_assert(sm80_bulk_policy::bulk_copies, "the 163 KB budget with bulk copies");
 
-// mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr).
+// mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr); ragged:
+// sequence b has 1 + (5 b + 3) % mq of them instead (a speculative batch), the
+// plan given the host counts unless bound_plan (every sequence planned at mq).
 template <class Codec, class QT = half_t, class P = attention::decode_policy>
-void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false, int mq = 0) {
+void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false, int mq = 0,
+               bool ragged = false, bool bound_plan = false) {
   if (!g_only_kernel.empty() && g_only_kernel != name) return;
   constexpr int D = Codec::D, G = Codec::G;
   constexpr std::size_t RB = Codec::record_bytes;
@@ -342,9 +345,10 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
   queries q = make_queries(s, attention::workspace_bytes<Codec>(cv, s.Hq, 0, span), span);
   std::int32_t* dind = nullptr;
   attention::decode_args<QT> a;
+  std::vector<std::int32_t> off;
   if (mq > 0) {
-    std::vector<std::int32_t> off(s.B + 1);
-    for (int b = 0; b <= s.B; ++b) off[b] = b * mq;
+    off.assign(s.B + 1, 0);
+    for (int b = 0; b < s.B; ++b) off[b + 1] = off[b] + (ragged ? 1 + (5 * b + 3) % mq : mq);
     BCUDA(cudaMalloc(&dind, off.size() * 4));
     BCUDA(cudaMemcpy(dind, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
     a.qo_indptr = dind;
@@ -364,7 +368,7 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
                                            (sink && full > 0 ? G * D * 4.0 : 0.0));
   }
   attention::decode_plan plan;
-  status st = plan.plan<Codec, P>(cv, lens.data(), a);
+  status st = plan.plan<Codec, P>(cv, lens.data(), mq > 0 && !bound_plan ? off.data() : nullptr, a);
   if (st == status::success) st = plan.run<Codec, P>(cv, a);
   if (st != status::success) {
     std::fprintf(stderr, "%s: %s\n", name, to_string(st));
@@ -504,8 +508,17 @@ int main(int argc, char** argv) {
         quant_run<k4v2_g128<128, fp16_scales>>("k4v2_g128_fp16s", s, f, false);
         quant_run<k4v2_g128<128>, bfloat16_t>("k4v2_g128_bf16q", s, f, false);
         quant_run<k4v2_g128<128>>("k4v2_g128_sink", s, f, false, true);
-        quant_run<k4v2_g128<128>>("k4v2_g128_mq4", s, f, false, false, 4);  // 4 / 8 new tokens per sequence
+        quant_run<k4v2_g128<128>>("k4v2_g128_mq2", s, f, false, false, 2);  // 2 / 4 / 8 new tokens per sequence
+      }
+      // Multi-query (speculative verification) at batch 1, 16 and 64, and ragged 1-8 new tokens per
+      // sequence, planned with the host counts and at the bound of 8 for every sequence.
+      if ((s.B == 16 && s.L == 65536) || (s.B == 1 && s.L == 65536) || (s.B == 64 && s.L == 8192)) {
+        quant_run<k4v2_g128<128>>("k4v2_g128_mq4", s, f, false, false, 4);
         quant_run<k4v2_g128<128>>("k4v2_g128_mq8", s, f, false, false, 8);
+      }
+      if ((s.B == 16 && s.L == 65536) || s.name == "ragged32") {
+        quant_run<k4v2_g128<128>>("k4v2_g128_mqr", s, f, false, false, 8, true);
+        quant_run<k4v2_g128<128>>("k4v2_g128_mqr_bound", s, f, false, false, 8, true, true);
       }
     }
   }

@@ -29,7 +29,8 @@ SHAPES = [(1, 32, 8, 128, 16384), (1, 32, 8, 128, 65536), (1, 32, 8, 128, 262144
           (4, 32, 8, 128, 16384), (2, 8, 1, 128, 32768), (16, 32, 8, 128, 65536), (8, 128, 8, 128, 32768),
           (2, 16, 1, 128, 65536), (8, 8, 8, 128, 32768), (64, 32, 8, 128, 8192), (128, 32, 8, 128, 4096), (16, 16, 8, 256, 32768),
           (8, 32, 8, 64, 32768)]  # the uniform shapes of bench/device/attention.cu
-VARIANTS = [("bf16", 1), ("mq4", 4), ("mq8", 8)]  # at (16, 32, 8, 128, 64K)
+VARIANTS = [("bf16", 1), ("mq2", 2), ("mq4", 4), ("mq8", 8)]  # at (16, 32, 8, 128, 64K)
+MQ_SHAPES = [(1, 32, 8, 128, 65536), (64, 32, 8, 128, 8192)]  # mq4 / mq8 there too (bench/device/attention.cu)
 
 
 def main():
@@ -46,6 +47,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'backend':8} {'B':>4} {'Hq':>4} {'Hkv':>4} {'D':>4} {'tokens':>7} {'us':>10} {'GB/s':>8}")
     runs = [(shape, "", 1) for shape in SHAPES] + [((16, 32, 8, 128, 65536), v, n) for v, n in VARIANTS]
+    runs += [(shape, v, n) for shape in MQ_SHAPES for v, n in VARIANTS if v in ("mq4", "mq8")]
     for (B, Hq, Hkv, D, L), variant, nq in runs:
         dt = torch.bfloat16 if variant == "bf16" else torch.float16
         q = torch.randn(B, Hq, nq, D, device=dev, dtype=dt)

@@ -745,7 +745,7 @@ def table_lines(results):
     """The Markdown of the results (without the header)."""
     uni = [r for r in results["configs"] if r.get("mode") == "uniform"]
     base = {r["prompt"]: r for r in uni if r["cache"] == "fp16" and r.get("sweep")}
-    out = ["## At the budget, per cache and prompt length", "",
+    out = [] if not uni else ["## At the budget, per cache and prompt length", "",
            "| prompt | cache | KV bytes/token | max requests | vs fp16 | decode tokens/s at max | vs fp16 | TPOT ms | "
            "step GPU ms | attention share | tokens/s at fp16's max | prefill tokens/s | serving tokens/s |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -764,9 +764,10 @@ def table_lines(results):
             _fmt(top and top["tpot_ms"], "%.2f"), _fmt(top and top["step_gpu_ms"], "%.2f"),
             _fmt(top and 100 * top["attention_share"], "%.0f%%"), _fmt(same and same["tokens_per_s"]),
             _fmt(r.get("prefill", {}).get("tokens_per_s")), _fmt(r.get("serve", {}).get("decode_tokens_per_s"))))
-    out += ["", "## Decode sweep (tokens/s against concurrent requests)", "",
-            "| prompt | cache | requests | tokens/s | TPOT ms | step GPU ms | attention ms | cache write ms | "
-            "attention share |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out += [] if not uni else [
+        "", "## Decode sweep (tokens/s against concurrent requests)", "",
+        "| prompt | cache | requests | tokens/s | TPOT ms | step GPU ms | attention ms | cache write ms | "
+        "attention share |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in uni:
         for p in r.get("sweep", []):
             out.append("| %s | %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %.0f%% |" % (
@@ -799,12 +800,17 @@ def table_lines(results):
     mixed = [r for r in results["configs"] if r.get("mode") == "mixed" and r.get("capacity")]
     if mixed:
         out += ["", "## Mixed workload: one page pool per cache", "",
-                "| cache | prompts | rows | pool tokens | GB accounted |", "|---|---|---:|---:|---:|"]
+                "| cache | prompts | rows | pool tokens | GB accounted | mean live requests | vs fp16 | "
+                "decode tokens/s | vs fp16 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        mbase = next((r.get("serve") for r in mixed if r["cache"] == "fp16"), None) or {}
         for r in mixed:
-            c = r["capacity"]
-            out.append("| %s | %s | %d | %d | %s |" % (r["cache"], "/".join(_k(p) for p in r["prompts"]), c["rows"],
-                                                      c["pool_tokens"], _fmt(c.get("cache_bytes_accounted") and
-                                                                              c["cache_bytes_accounted"] / GB, "%.1f")))
+            c, sv = r["capacity"], r.get("serve") or {}
+            out.append("| %s | %s | %d | %d | %s | %s | %s | %s | %s |" % (
+                r["cache"], "/".join(_k(p) for p in r["prompts"]), c["rows"], c["pool_tokens"],
+                _fmt(c.get("cache_bytes_accounted") and c["cache_bytes_accounted"] / GB, "%.1f"),
+                _fmt(sv.get("mean_live"), "%.1f"), _fmt(_ratio(sv.get("mean_live"), mbase.get("mean_live")), "%.2fx"),
+                _fmt(sv.get("decode_tokens_per_s")),
+                _fmt(_ratio(sv.get("decode_tokens_per_s"), mbase.get("decode_tokens_per_s")), "%.2fx")))
     errs = []
     for r in results["configs"]:
         where = "%s %s" % (r["cache"], _k(r["prompt"]) if "prompt" in r else "mixed")

@@ -242,7 +242,8 @@ KVTILE_OPS_API int kvtile_ops_fp16_decode(const kvtile_ops_fp16_cache* cache, co
 
 /* A decode step split into a host plan and a launch (kvtile::attention::decode_plan).
  *   kvtile_ops_decode_plan_create(&plan);
- *   per step: kvtile_ops_decode_plan_build(plan, &cache, host_seq_lens, &params, stream);  (outside any capture)
+ *   per step: kvtile_ops_decode_plan_build(plan, &cache, host_seq_lens, host_qo_indptr, &params, stream);
+ *                                                                                    (outside any capture)
  *             kvtile_ops_decode_plan_run(plan, &cache, &params, stream);  (capturable in a CUDA graph)
  *   kvtile_ops_decode_plan_destroy(plan);
  * plan reads a HOST copy of the lengths (the values seq_lens will hold on the
@@ -272,9 +273,16 @@ KVTILE_OPS_API int kvtile_ops_decode_plan_destroy(kvtile_ops_decode_plan* plan);
 KVTILE_OPS_API int kvtile_ops_decode_plan_limit_ctas(kvtile_ops_decode_plan* plan, int32_t max_ctas);
 /* The grid of run and the partial results of the last successful plan. */
 KVTILE_OPS_API int kvtile_ops_decode_plan_info(const kvtile_ops_decode_plan* plan, int32_t* ctas, int32_t* chunks);
+/* host_qo_indptr: NULL, or (multi-query) a HOST copy of params->qo_indptr
+ * (num_seqs + 1 offsets, the values it will hold when run executes; every
+ * count in [0, max_q_tokens], else KVTILE_OPS_INVALID_ARGUMENT): each sequence
+ * is then planned for its own new tokens, so a ragged speculative batch costs
+ * its rows, not num_seqs x max_q_tokens. NULL plans every sequence at
+ * max_q_tokens. Device counts above the planned ones give a wrong result
+ * (like the lengths), never a read outside the cache. */
 KVTILE_OPS_API int kvtile_ops_decode_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_cache* cache,
-                                          const int32_t* host_seq_lens, const kvtile_ops_decode_params* params,
-                                          kvtile_ops_stream stream);
+                                          const int32_t* host_seq_lens, const int32_t* host_qo_indptr,
+                                          const kvtile_ops_decode_params* params, kvtile_ops_stream stream);
 KVTILE_OPS_API int kvtile_ops_decode_plan_run(const kvtile_ops_decode_plan* plan, const kvtile_ops_cache* cache,
                                          const kvtile_ops_decode_params* params, kvtile_ops_stream stream);
 /* The same over an fp16 paged cache (qo_indptr NULL). */

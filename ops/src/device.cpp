@@ -263,7 +263,8 @@ int kvtile_ops_decode_plan_info(const kvtile_ops_decode_plan* plan, int32_t* cta
 }
 
 int kvtile_ops_decode_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_cache* cache, const int32_t* host_seq_lens,
-                           const kvtile_ops_decode_params* params, kvtile_ops_stream stream) {
+                           const int32_t* host_qo_indptr, const kvtile_ops_decode_params* params,
+                           kvtile_ops_stream stream) {
   const char* fn = "kvtile_ops_decode_plan_build";
   if (int e = check_plan_args(plan, cache, params, fn, false)) return e;
   plan->planned = false;
@@ -277,7 +278,10 @@ int kvtile_ops_decode_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_
       static_cast<long long>(cache->max_pages_per_seq < 0 ? 0 : cache->max_pages_per_seq) * info.tile_tokens +
       info.tile_tokens - 1;
   if (int e = check_host_lens(host_seq_lens, cache->num_seqs, capacity, fn)) return e;
-  const int r = t->plan(plan->impl, *cache, host_seq_lens, *params, stream);
+  if (kvtile::attention::arg_error e = kvtile::attention::check_host_qo_indptr(
+          host_qo_indptr, cache->num_seqs, params->max_q_tokens, params->qo_indptr != nullptr))
+    return fail_option(e, fn);
+  const int r = t->plan(plan->impl, *cache, host_seq_lens, host_qo_indptr, *params, stream);
   if (r == KVTILE_OPS_SUCCESS)
     record_plan(plan, false, cache->preset, cache->head_dim, cache->kv_heads, cache->num_seqs,
                 cache->max_pages_per_seq, *params);

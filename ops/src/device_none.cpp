@@ -73,7 +73,7 @@ int kvtile_ops_decode_plan_info(const kvtile_ops_decode_plan*, int32_t*, int32_t
   return no_device("kvtile_ops_decode_plan_info");
 }
 
-int kvtile_ops_decode_plan_build(kvtile_ops_decode_plan*, const kvtile_ops_cache*, const int32_t*,
+int kvtile_ops_decode_plan_build(kvtile_ops_decode_plan*, const kvtile_ops_cache*, const int32_t*, const int32_t*,
                                  const kvtile_ops_decode_params*, kvtile_ops_stream) {
   return no_device("kvtile_ops_decode_plan_build");
 }

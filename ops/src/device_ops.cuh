@@ -101,13 +101,13 @@ struct device_ops {
     return launch_decode(c, p, stream, "kvtile_ops_decode");
   }
 
-  static int plan(void* impl, const kvtile_ops_cache& c, const std::int32_t* lens, const kvtile_ops_decode_params& p,
-                  kvtile_ops_stream stream) {
+  static int plan(void* impl, const kvtile_ops_cache& c, const std::int32_t* lens, const std::int32_t* qo_indptr,
+                  const kvtile_ops_decode_params& p, kvtile_ops_stream stream) {
     if (int e = check_view(c, "kvtile_ops_decode_plan_build")) return e;
     auto* plan = static_cast<kvtile::attention::decode_plan*>(impl);
     const auto view = make_view<Codec>(c);
     return with_args(p, true, [&](const auto& a) {
-      return launch_result(plan->template plan<Codec>(view, lens, a, reinterpret_cast<cudaStream_t>(stream)),
+      return launch_result(plan->template plan<Codec>(view, lens, qo_indptr, a, reinterpret_cast<cudaStream_t>(stream)),
                            "kvtile_ops_decode_plan_build");
     });
   }

@@ -189,7 +189,7 @@ struct device_table {
   int (*decode_workspace_bytes)(const kvtile_ops_cache&, const kvtile_ops_decode_params&, std::size_t* bytes);
   int (*decode)(const kvtile_ops_cache&, const kvtile_ops_decode_params&, kvtile_ops_stream stream);
   int (*plan)(void* plan, const kvtile_ops_cache&, const std::int32_t* host_seq_lens,
-              const kvtile_ops_decode_params&, kvtile_ops_stream stream);
+              const std::int32_t* host_qo_indptr, const kvtile_ops_decode_params&, kvtile_ops_stream stream);
   int (*run)(const void* plan, const kvtile_ops_cache&, const kvtile_ops_decode_params&, kvtile_ops_stream stream);
 };
 

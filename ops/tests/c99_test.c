@@ -102,6 +102,7 @@ int main(void) {
     size_t ws = 0;
     int32_t ctas = -1, chunks = -1, lens[2] = {5, 0};
     static const int32_t fake_indptr[3] = {0, 1, 2}; /* a non-null pointer; never read on these paths */
+    int32_t host_indptr[3] = {0, 3, 4}; /* counts 3 and 1 */
     float fake_io[8];
     unsigned char fake_ws_bytes[64];
     void* fake_ws = (void*)(((uintptr_t)fake_ws_bytes + 15) & ~(uintptr_t)15);
@@ -227,25 +228,37 @@ int main(void) {
     EXPECT(kvtile_ops_decode_plan_run(plan, &c, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "has not been planned");
     EXPECT(kvtile_ops_decode_plan_run_fp16(plan, &f, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "has not been planned");
     EXPECT(kvtile_ops_decode_plan_run(NULL, &c, &p, NULL), KVTILE_OPS_NULL_POINTER, "plan is NULL");
-    EXPECT(kvtile_ops_decode_plan_build(NULL, &c, lens, &p, NULL), KVTILE_OPS_NULL_POINTER, "plan is NULL");
-    EXPECT(kvtile_ops_decode_plan_build(plan, NULL, lens, &p, NULL), KVTILE_OPS_NULL_POINTER, "cache descriptor");
-    EXPECT(kvtile_ops_decode_plan_build(plan, &c, NULL, &p, NULL), KVTILE_OPS_NULL_POINTER, "host_seq_lens is NULL");
+    EXPECT(kvtile_ops_decode_plan_build(NULL, &c, lens, NULL, &p, NULL), KVTILE_OPS_NULL_POINTER, "plan is NULL");
+    EXPECT(kvtile_ops_decode_plan_build(plan, NULL, lens, NULL, &p, NULL), KVTILE_OPS_NULL_POINTER, "cache descriptor");
+    EXPECT(kvtile_ops_decode_plan_build(plan, &c, NULL, NULL, &p, NULL), KVTILE_OPS_NULL_POINTER, "host_seq_lens is NULL");
     /* capacity of 3 pages of 128 tokens plus a tail: 511 */
     lens[1] = 512;
-    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT,
+    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, NULL, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT,
            "host_seq_lens[1] = 512 is outside [0, 511]");
     lens[1] = -1;
-    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "host_seq_lens[1] = -1");
+    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, NULL, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "host_seq_lens[1] = -1");
     lens[1] = 0;
     p.window_left = -5;
-    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "window_left -5");
+    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, NULL, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT, "window_left -5");
+    /* the host copy of qo_indptr: only with qo_indptr, every count in [0, max_q_tokens] */
+    RESET_PARAMS();
+    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, host_indptr, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT,
+           "host_qo_indptr 0 needs qo_indptr");
+    p.qo_indptr = fake_indptr;
+    p.max_q_tokens = 2;
+    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, host_indptr, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT,
+           "host_qo_indptr 3 has a count (new tokens of a sequence) outside [0, max_q_tokens]");
+    host_indptr[1] = 3;
+    host_indptr[2] = 2;
+    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, host_indptr, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT,
+           "host_qo_indptr -1 has a count");
     /* plan ignores q and out; run needs them */
     RESET_PARAMS();
     p.q = NULL;
     EXPECT(kvtile_ops_decode_plan_run(plan, &c, &p, NULL), KVTILE_OPS_NULL_POINTER, "q or out is NULL");
     c.preset = 5;
     RESET_PARAMS();
-    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, &p, NULL), KVTILE_OPS_UNSUPPORTED_PRESET, "preset 5");
+    EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, NULL, &p, NULL), KVTILE_OPS_UNSUPPORTED_PRESET, "preset 5");
     c.preset = KVTILE_OPS_K4V2_G128;
     /* fp16: capacity 3 pages of 64 tokens */
     lens[0] = 193;

@@ -90,7 +90,7 @@ int main(void) {
   CHECK(kvtile_ops_decode_plan_destroy(NULL) == KVTILE_OPS_SUCCESS);
   NO_DEVICE(kvtile_ops_decode_plan_limit_ctas, (plan, 0));
   NO_DEVICE(kvtile_ops_decode_plan_info, (plan, &ctas, &chunks));
-  NO_DEVICE(kvtile_ops_decode_plan_build, (plan, &c, lens, &params, NULL));
+  NO_DEVICE(kvtile_ops_decode_plan_build, (plan, &c, lens, NULL, &params, NULL));
   NO_DEVICE(kvtile_ops_decode_plan_run, (plan, &c, &params, NULL));
   NO_DEVICE(kvtile_ops_decode_plan_build_fp16, (plan, &f, lens, &params, NULL));
   NO_DEVICE(kvtile_ops_decode_plan_run_fp16, (plan, &f, &params, NULL));

@@ -31,6 +31,9 @@ class DecodePlan:
     takes the host cu_seqlens_q [rows + 1] of the new tokens (0..max_q_tokens per row, included
     in seq_lens) and copies it into plan.qo_indptr on the device; run(q) then takes
     q [>= cu_seqlens_q[-1], q_heads, D]. For graph replay allocate q with rows x max_q_tokens rows.
+    Each row is planned for its own new tokens (a ragged speculative batch costs its rows, not
+    rows x max_q_tokens); plan(seq_lens) without cu_seqlens_q plans every row at max_q_tokens
+    (right for any counts plan.qo_indptr holds, e.g. written on the device).
 
     cache: a PagedCache or an Fp16PagedCache (one token per row); rows: the first rows of the cache
     (default all); dtype: the query dtype (float16 or bfloat16).
@@ -88,12 +91,14 @@ class DecodePlan:
 
     def plan(self, seq_lens, cu_seqlens_q=None):
         """Plans the next run from host lengths (and, multi-query, the host cu_seqlens_q, copied into
-        plan.qo_indptr; None after a first one: plan.qo_indptr is used as it is). Returns self."""
+        plan.qo_indptr, each row planned for its own tokens; None after a first one: plan.qo_indptr is
+        used as it is, every row planned at max_q_tokens). Returns self."""
         op = "kvtile.DecodePlan.plan"
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("%s: cannot run under CUDA-graph capture (it copies host data): capture run() only "
                                "and call plan() before each replay" % op)
         lens = _host_int32(op, "seq_lens", seq_lens, self.rows)
+        cu = None  # host counts: each row planned for its own tokens; None: every row at max_q_tokens
         if cu_seqlens_q is not None:
             if self.max_q_tokens == 1:
                 raise ValueError("%s: cu_seqlens_q needs a multi-query plan (DecodePlan(..., max_q_tokens > 1))" % op)
@@ -110,9 +115,9 @@ class DecodePlan:
                                   self.dtype, self.softmax_scale, self.num_splits, self.window_left,
                                   self.logit_softcap)
         else:
-            _ops.decode_plan(self._handle, *c._cache_args(self.rows), lens, self.workspace, self.q_heads, self.dtype,
-                             self.softmax_scale, c.preset_id, self.num_splits, self.qo_indptr, self.max_q_tokens,
-                             self.window_left, self.logit_softcap)
+            _ops.decode_plan(self._handle, *c._cache_args(self.rows), lens, cu, self.workspace, self.q_heads,
+                             self.dtype, self.softmax_scale, c.preset_id, self.num_splits, self.qo_indptr,
+                             self.max_q_tokens, self.window_left, self.logit_softcap)
         self._planned = True
         return self
 

@@ -146,11 +146,18 @@ class Layer(_HFLayer):
         self.cumulative_length = l0 + n
 
     def crop(self, max_length):
-        """Keeps the first max_length tokens (negative: drops -max_length tokens), as DynamicLayer.crop.
+        """As DynamicLayer.crop of transformers 5.17: a negative max_length drops -max_length tokens, 0 drops
+        none (assisted generation's crop(-0) after a verify step that kept every draft), a positive one keeps
+        the first max_length tokens (the earlier meaning, which 5.17 still accepts).
         Exact: drafts of the last verify step are committed or rolled back (kvtile.commit_drafts),
         committed tokens in the fp16 tail tile are dropped by shortening the length. Raises
         ValueError for a crop into a tile that is already quantized."""
         if self.paged is None:
+            return
+        max_length = int(max_length)
+        if max_length == 0:
+            if self.pending is not None:  # every draft kept
+                self._commit(self.pending[1])
             return
         if max_length < 0:
             max_length = self.cumulative_length - abs(max_length)

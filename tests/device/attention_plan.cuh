@@ -412,9 +412,11 @@ void unit_rows_case(int group, std::vector<int> lens, const mods& m, std::uint64
 // Multi-query decode: sequence s has n[s] new tokens (its last n[s]
 // positions; 0 <= n[s] <= max_q), query rows qo_indptr[s] + i; each row
 // against fp64 over its own causal prefix (length len - (n - 1 - i)) with the
-// window and soft-cap counted from its position. Plan/run; new token counts on
-// the device with the same plan (n_s may change between replays); then the
-// one-call path (last: it reuses the workspace, which holds the plan's work list).
+// window and soft-cap counted from its position. Plan/run with the host counts
+// (each sequence planned for its own tokens), also re-planned before a CUDA
+// graph replay; plan/run without them (every sequence at max_q), where the
+// device counts may change under the same plan; then the one-call path (last:
+// it reuses the workspace, which holds the plan's work list).
 template <class Codec, class QT = half_t, class Policy = attention::decode_policy>
 void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads, int group, bool sink, const mods& m,
              std::uint64_t seed, const char* name, int max_ctas = 0) {
@@ -502,28 +504,63 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
     std::printf("  %s\n", buf);
     check(finite && untouched && worst <= tol && worst_lse <= 1e-3, buf);
   };
-  set_counts(n);
-  ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
-  ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
-  status st = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), a);
-  check(st == status::success, std::string(name) + ": multi-query plan (" + to_string(st) + ")");
-  st = plan.run<Codec, Policy>(qc.view(), a);
-  check(st == status::success, std::string(name) + ": multi-query run (" + to_string(st) + ")");
-  verify(n, "plan/run");
-  // Other counts (every one <= max_q), same plan.
+  auto poison = [&](cudaStream_t stream) {  // rows past the tokens are never written
+    ATTN_CUDA(cudaMemsetAsync(out.p, 0xFF, out.n * sizeof(QT), stream));
+    ATTN_CUDA(cudaMemsetAsync(lse.p, 0xFF, lse.n * sizeof(float), stream));
+  };
+  // Other counts (every one <= max_q).
   std::vector<int> n2(n.size());
   int any = 0;
   for (int s = 0; s < S; ++s) any += n2[s] = std::min(max_q, std::min(qc.lens[s], (n[s] + 1 + s) % (max_q + 1)));
   if (any == 0) n2[S - 1] = std::min(max_q, qc.lens[S - 1]);  // at least one row to check
+  // Planned with the host counts (each sequence only its own query groups).
+  set_counts(n);
+  poison(nullptr);
+  status st = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), off.data(), a);
+  check(st == status::success, std::string(name) + ": multi-query plan, host counts (" + to_string(st) + ")");
+  st = plan.run<Codec, Policy>(qc.view(), a);
+  check(st == status::success, std::string(name) + ": multi-query run (" + to_string(st) + ")");
+  verify(n, "plan/run, host counts");
+  // Captured once in a CUDA graph, planned again with other host counts before a replay.
+  {
+    ATTN_CUDA(cudaDeviceSynchronize());
+    cudaStream_t stream;
+    ATTN_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    ATTN_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const status rs = plan.run<Codec, Policy>(qc.view(), a, stream);
+    ATTN_CUDA(cudaStreamEndCapture(stream, &graph));
+    check(rs == status::success, std::string(name) + ": multi-query run captured");
+    cudaGraphExec_t exec;
+    ATTN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (const std::vector<int>* cnt : {&n2, &n}) {
+      set_counts(*cnt);
+      st = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), off.data(), a, stream);
+      check(st == status::success, std::string(name) + ": multi-query re-plan before a replay");
+      poison(stream);
+      ATTN_CUDA(cudaGraphLaunch(exec, stream));
+      ATTN_CUDA(cudaStreamSynchronize(stream));
+      verify(*cnt, cnt == &n2 ? "graph replay, other host counts" : "graph replay, first host counts");
+    }
+    ATTN_CUDA(cudaGraphExecDestroy(exec));
+    ATTN_CUDA(cudaGraphDestroy(graph));
+    ATTN_CUDA(cudaStreamDestroy(stream));
+  }
+  // Planned without host counts (every sequence at max_q): any device counts, same plan.
+  set_counts(n);
+  poison(nullptr);
+  st = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), a);
+  check(st == status::success, std::string(name) + ": multi-query plan (" + to_string(st) + ")");
+  st = plan.run<Codec, Policy>(qc.view(), a);
+  check(st == status::success, std::string(name) + ": multi-query run (" + to_string(st) + ")");
+  verify(n, "plan/run at max_q_tokens");
   set_counts(n2);
-  ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
-  ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
+  poison(nullptr);
   st = plan.run<Codec, Policy>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query run, new counts");
   verify(n2, "new counts, same plan");
   set_counts(n);
-  ATTN_CUDA(cudaMemset(out.p, 0xFF, out.n * sizeof(QT)));
-  ATTN_CUDA(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)));  // rows past the tokens: never written
+  poison(nullptr);
   st = attention::paged_decode<Codec, Policy>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query paged_decode (" + to_string(st) + ")");
   verify(n, "one-call");
@@ -556,6 +593,12 @@ void mq_api_case() {
   attention::decode_plan plan;
   a.max_q_tokens = 1;
   check(plan.plan<C>(qc.view(), qc.lens.data(), a) == status::success, "plan with qo_indptr");
+  const std::int32_t host_off[2] = {0, 2};  // 2 new tokens, max_q_tokens 1
+  check(plan.plan<C>(qc.view(), qc.lens.data(), host_off, a) == status::invalid_argument,
+        "host counts above max_q_tokens rejected");
+  check(plan.plan<C>(qc.view(), qc.lens.data(), host_off, st.a) == status::invalid_argument,
+        "host counts without qo_indptr rejected");
+  check(plan.plan<C>(qc.view(), qc.lens.data(), a) == status::success, "plan with qo_indptr again");
   check(plan.run<C>(qc.view(), st.a) == status::invalid_argument, "run without the planned qo_indptr rejected");
   fp16_paged_cache_view fv;  // a valid baseline view (nothing is read)
   fv.k = reinterpret_cast<half_t*>(st.ws.p);

@@ -241,7 +241,7 @@ def test_pool_admit_and_release():
     assert q.admit(1, 300) and q.page_table[1].tolist() == [0, 1, 2, -1, -1, -1, -1, -1]
 
 
-@pytest.mark.parametrize("backend,mixed", [("fp16", True), ("k2v2_g128", False)])
+@pytest.mark.parametrize("backend,mixed", [("fp16", True), ("k4v2_g128", False)])
 def test_serving_bookkeeping(monkeypatch, backend, mixed):
     """serve() on CPU with simulated steps: lengths stay within each request's pages, pages are never lost or
     shared, every request leaves after gen tokens and the freed memory is taken again."""
@@ -405,7 +405,7 @@ def test_every_measurement_on_cpu_with_faked_device_ops(monkeypatch, tmp_path):
     gen = torch.Generator()
     budget = 20e6
     results = {"meta": fake_results()["meta"], "shape": shape, "budget_bytes": budget, "configs": [], "errors": []}
-    for cache, fp16_max in (("fp16", None), ("k2v2_g128", 12)):
+    for cache, fp16_max in (("fp16", None), ("k4v2_g128", 12)):
         rec = cb.run_uniform(model, args, shape, cache, 1000, src, fp16_max, budget, 64, gen)
         assert "error" not in rec, rec["error"]
         n = rec["capacity"]["max_requests"]
@@ -420,7 +420,7 @@ def test_every_measurement_on_cpu_with_faked_device_ops(monkeypatch, tmp_path):
     results["configs"].append(mixed)
     assert calls["run"] > 0 and calls["plan"] > 0 and calls["dequantize"] > 0 and calls["append"] > 0
     md = open(cb.write_report(str(tmp_path), "cpu", results, picture=False)[1]).read()
-    assert "| 1000 | k2v2_g128 |" in md
+    assert "| 1000 | k4v2_g128 |" in md
 
 
 # ---- the report

@@ -238,6 +238,12 @@ def _run_op(plan, c, q, rows=3, workspace=None, handle=None, **kw):
                                 a["logit_softcap"])
 
 
+def _plan_op(plan, c, host_cu):
+    torch.ops.kvtile.decode_plan(plan._handle, *c._cache_args(3), torch.tensor([300, 20, 0], dtype=torch.int32),
+                                 torch.tensor(host_cu, dtype=torch.int32), plan.workspace, 4, torch.float16, SCALE,
+                                 c.preset_id, 0, plan.qo_indptr, 4, -1, 0.0)
+
+
 BAD_PLAN_RUN = [
     ("lens_on_device", ValueError, "seq_lens must be on the host",
      lambda c, p, q: p.plan(torch.tensor([300, 20, 0], dtype=torch.int32, device="cuda"), [0, 3, 4, 4])),
@@ -247,6 +253,9 @@ BAD_PLAN_RUN = [
     ("cu_too_many", ValueError, "more than max_q_tokens = 4", lambda c, p, q: p.plan([300, 20, 0], [0, 5, 6, 6])),
     ("cu_longer_than_seq", ValueError, r"seq_lens\[2\] = 0 is shorter than its 1 new tokens",
      lambda c, p, q: p.plan([300, 20, 0], [0, 3, 4, 5])),
+    ("host_counts_rule", ValueError, "kvtile_ops_decode_plan_build: host_qo_indptr 5 has a count",
+     lambda c, p, q: _plan_op(p, c, [0, 5, 6, 6])),
+    ("host_counts_shape", ValueError, "host_qo_indptr must have shape", lambda c, p, q: _plan_op(p, c, [0, 3, 4])),
     ("q_rows", ValueError, r"q must have shape \[>= 4, 4, 128\]", lambda c, p, q: p.run(q[:3].contiguous())),
     ("q_dtype", TypeError, "the plan was made for", lambda c, p, q: p.run(q.bfloat16())),
     ("lse_shape", ValueError, r"lse must have shape \[12, 4\]",

@@ -369,9 +369,9 @@ std::vector<int64_t> decode_plan_info(int64_t handle) {
 void decode_plan(int64_t handle, const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens,
                  const Tensor& tail_k, const Tensor& tail_v, const optional<Tensor>& sink_k,
                  const optional<Tensor>& sink_v, const optional<Tensor>& tail_slots, const Tensor& host_seq_lens,
-                 const Tensor& workspace, int64_t q_heads, at::ScalarType q_dtype, double softmax_scale,
-                 int64_t preset, int64_t num_splits, const optional<Tensor>& qo_indptr, int64_t max_q_tokens,
-                 int64_t window_left, double logit_softcap) {
+                 const optional<Tensor>& host_qo_indptr, const Tensor& workspace, int64_t q_heads,
+                 at::ScalarType q_dtype, double softmax_scale, int64_t preset, int64_t num_splits,
+                 const optional<Tensor>& qo_indptr, int64_t max_q_tokens, int64_t window_left, double logit_softcap) {
   checker c{"kvtile.decode_plan"};
   kvtile_ops_decode_plan* plan = plan_of(c, handle);
   auto d = cache_desc(c, preset, pages, page_table, seq_lens, tail_k, tail_v, sink_k, sink_v, tail_slots);
@@ -381,7 +381,12 @@ void decode_plan(int64_t handle, const Tensor& pages, const Tensor& page_table, 
   check_q_dtype(c, q_dtype);
   kvtile_ops_decode_params p = decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, qo_indptr, max_q_tokens,
                                              window_left, logit_softcap);
-  plan_with(c, plan, d, lens, p, workspace, "kvtile.decode_workspace_bytes");
+  const int32_t* host_qo = nullptr;
+  if (host_qo_indptr) {
+    c.cpu(*host_qo_indptr, "host_qo_indptr", {at::kInt}, {d.num_seqs + 1});
+    host_qo = host_qo_indptr->data_ptr<int32_t>();
+  }
+  plan_with(c, plan, d, lens, host_qo, p, workspace, "kvtile.decode_workspace_bytes");
 }
 
 void decode_run(int64_t handle, const Tensor& pages, const Tensor& page_table, const Tensor& seq_lens,
@@ -430,9 +435,10 @@ TORCH_LIBRARY(kvtile, m) {
         "bool original_frame) -> ()");
   m.def("decode(" KVTILE_CACHE_ARGS "Tensor q, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, "
         "float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
-  // plan / run: plan reads host_seq_lens (CPU int32) and writes the work list into the workspace
-  m.def("decode_plan(int plan, " KVTILE_CACHE_ARGS "Tensor host_seq_lens, Tensor(a!) workspace, int q_heads, "
-        "ScalarType q_dtype, float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
+  // plan / run: plan reads host_seq_lens and host_qo_indptr (CPU int32) and writes the work list into the workspace
+  m.def("decode_plan(int plan, " KVTILE_CACHE_ARGS "Tensor host_seq_lens, Tensor? host_qo_indptr, Tensor(a!) workspace, "
+        "int q_heads, ScalarType q_dtype, float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS
+        ") -> ()");
   m.def("decode_run(int plan, " KVTILE_CACHE_ARGS "Tensor q, Tensor(a!) out, Tensor(b!)? lse, Tensor(c!) workspace, "
         "float softmax_scale, int preset, int num_splits, " KVTILE_DECODE_OPTIONS ") -> ()");
   // ops without tensor arguments: one kernel for every backend

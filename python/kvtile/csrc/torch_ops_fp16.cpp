@@ -78,7 +78,7 @@ void fp16_decode_plan(int64_t handle, const Tensor& k_pages, const Tensor& v_pag
   check_q_dtype(c, q_dtype);
   kvtile_ops_decode_params p =
       decode_params(c, q_heads, q_dtype, softmax_scale, num_splits, {}, 1, window_left, logit_softcap);
-  plan_with(c, plan, d, lens, p, workspace, "kvtile.fp16_decode_workspace_bytes");
+  plan_with(c, plan, d, lens, nullptr, p, workspace, "kvtile.fp16_decode_workspace_bytes");
 }
 
 void fp16_decode_run(int64_t handle, const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,

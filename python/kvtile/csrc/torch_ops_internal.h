@@ -222,10 +222,11 @@ inline int abi_decode(const kvtile_ops_fp16_cache* d, const kvtile_ops_decode_pa
   return kvtile_ops_fp16_decode(d, p, s);
 }
 inline int abi_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_cache* d, const int32_t* lens,
-                          const kvtile_ops_decode_params* p, kvtile_ops_stream s) {
-  return kvtile_ops_decode_plan_build(plan, d, lens, p, s);
+                          const int32_t* host_qo_indptr, const kvtile_ops_decode_params* p, kvtile_ops_stream s) {
+  return kvtile_ops_decode_plan_build(plan, d, lens, host_qo_indptr, p, s);
 }
 inline int abi_plan_build(kvtile_ops_decode_plan* plan, const kvtile_ops_fp16_cache* d, const int32_t* lens,
+                          const int32_t* /*host_qo_indptr: NULL, one token per sequence*/,
                           const kvtile_ops_decode_params* p, kvtile_ops_stream s) {
   return kvtile_ops_decode_plan_build_fp16(plan, d, lens, p, s);
 }
@@ -253,12 +254,13 @@ void decode_with(const checker& c, const Desc& d, kvtile_ops_decode_params& p, c
 }
 template <class Desc>
 void plan_with(const checker& c, kvtile_ops_decode_plan* plan, const Desc& d, const int32_t* lens,
-               kvtile_ops_decode_params& p, const Tensor& workspace, const char* sizer) {
+               const int32_t* host_qo_indptr, kvtile_ops_decode_params& p, const Tensor& workspace,
+               const char* sizer) {
   size_t need = 0;
   c.result(abi_workspace_bytes(&d, &p, &need));
   attach_workspace(c, workspace, need, sizer, p);
   const c10::cuda::CUDAGuard guard(*c.device);
-  c.result(abi_plan_build(plan, &d, lens, &p, current_stream(c)));
+  c.result(abi_plan_build(plan, &d, lens, host_qo_indptr, &p, current_stream(c)));
 }
 template <class Desc>
 void run_with(const checker& c, const kvtile_ops_decode_plan* plan, const Desc& d, kvtile_ops_decode_params& p,

@@ -89,6 +89,25 @@ constexpr arg_error check_decode_options(int q_heads, int max_q, bool has_qo_ind
             "must be positive and finite"};
   return {};
 }
+// The rule of a plan's host copy of the query offsets (decode_plan's
+// host_qo_indptr, num_seqs + 1 entries; null: every sequence planned at
+// max_q_tokens): it mirrors decode_args::qo_indptr, and every count
+// host_qo_indptr[s + 1] - host_qo_indptr[s] is in [0, max_q]. The value
+// reported is the first count outside.
+inline arg_error check_host_qo_indptr(const std::int32_t* host_qo_indptr, int num_seqs, int max_q,
+                                      bool has_qo_indptr) noexcept {
+  if (!host_qo_indptr) return {};
+  if (!has_qo_indptr)
+    return {status::invalid_argument, "host_qo_indptr", 0, "needs qo_indptr (the device offsets it mirrors)"};
+  for (int s = 0; s < num_seqs; ++s) {
+    const std::int64_t n = static_cast<std::int64_t>(host_qo_indptr[s + 1]) - host_qo_indptr[s];
+    if (n < 0 || n > max_q)
+      return {status::invalid_argument, "host_qo_indptr", static_cast<double>(n),
+              "has a count (new tokens of a sequence) outside [0, max_q_tokens]"};
+  }
+  return {};
+}
+
 template <class QT>
 constexpr arg_error check_decode_options(const decode_args<QT>& a, bool need_io = true) noexcept {
   return check_decode_options(a.q_heads, a.max_q_tokens, a.qo_indptr != nullptr, a.window_left, a.logit_softcap,

@@ -557,14 +557,28 @@ device::launch_result paged_decode_fp16(const fp16_paged_cache_view& cache, cons
 // do not, the kernel still reads only within the page table, tails and sinks.
 // The work list lives in the workspace: another paged_decode or plan on the
 // same workspace overwrites it (plan again before the next run).
+// Multi-query: host_qo_indptr (optional) is a host copy of a.qo_indptr
+// (num_seqs + 1 offsets, the values it will hold when run executes; rule:
+// check_host_qo_indptr). The plan then gives each sequence only the query
+// groups its new tokens fill, so a ragged speculative batch costs its own
+// rows; without it every sequence is planned at max_q_tokens. Like the
+// lengths, device counts other than the planned ones give a wrong result
+// (rows of unplanned groups are not attended) but no read outside the cache.
 // Not thread-safe: one plan per stream.
 class decode_plan {
  public:
   template <class Codec, class Policy = decode_policy, class QT>
   status plan(const paged_cache_view& cache, const std::int32_t* host_seq_lens, const decode_args<QT>& a,
               cudaStream_t stream = nullptr) {
+    return plan<Codec, Policy>(cache, host_seq_lens, nullptr, a, stream);
+  }
+  template <class Codec, class Policy = decode_policy, class QT>
+  status plan(const paged_cache_view& cache, const std::int32_t* host_seq_lens, const std::int32_t* host_qo_indptr,
+              const decode_args<QT>& a, cudaStream_t stream = nullptr) {
     if (!host_seq_lens) return status::null_pointer;
     if (status s = detail::check_quant_args<Codec>(cache, a); s != status::success) return s;
+    if (arg_error e = check_host_qo_indptr(host_qo_indptr, cache.num_seqs, a.max_q_tokens, a.qo_indptr != nullptr))
+      return e.code;
     int index = 0;
     if (status s = select_policy<Codec, Policy, QT>(index); s != status::success) return s;
     const key k = make_key<std::tuple<Codec, Policy>, QT>(cache.num_seqs, cache.kv_heads, cache.max_pages_per_seq, a,
@@ -579,7 +593,7 @@ class decode_plan {
           } else {
             const int all = detail::rows_per_kv_head(a, cache.kv_heads), rows = tr::unit_rows(all);
             if (status b = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
-                                 tr::rings_for(all), Codec::D, rows);
+                                 tr::rings_for(all), Codec::D, rows, host_qo_indptr);
                 b != status::success)
               return b;
             if (fresh)
@@ -707,12 +721,20 @@ class decode_plan {
 
   template <class QT>
   status build(int num_seqs, int kv_heads, const std::int32_t* lens, const decode_args<QT>& a, int T, int max_len,
-               int ctas, int rings, int d, int rows = detail::max_group) {
+               int ctas, int rings, int d, int rows = detail::max_group, const std::int32_t* host_qo_indptr = nullptr) {
     const int span = detail::q_span_of(a), all = detail::rows_per_kv_head(a, kv_heads);
     detail::schedule_request r;
     r.seq_lens = lens;
     r.num_seqs = num_seqs;
-    r.units_per_seq = kv_heads * ((all + rows - 1) / rows);
+    r.qgroups = (all + rows - 1) / rows;
+    r.units_per_seq = kv_heads * r.qgroups;
+    r.group = a.q_heads / kv_heads;
+    r.unit_rows = rows;
+    if (host_qo_indptr) {  // counts checked by check_host_qo_indptr
+      q_tokens_.resize(static_cast<std::size_t>(num_seqs));
+      for (int s = 0; s < num_seqs; ++s) q_tokens_[s] = host_qo_indptr[s + 1] - host_qo_indptr[s];
+      r.q_tokens = q_tokens_.data();
+    }
     r.q_span = span;
     r.tile_tokens = T;
     r.max_len = max_len;
@@ -751,6 +773,7 @@ class decode_plan {
   detail::schedule sched_;
   detail::ws_layout layout_;
   std::vector<std::uint8_t> staging_;
+  std::vector<std::int32_t> q_tokens_;
   long long total_tiles_ = 0;
   int ctas_ = 0;
   int max_ctas_ = 0;

@@ -94,3 +94,22 @@ TEST_CASE("decode options: each broken rule names its argument and value") {
   // the host reference's doubles: finite in double but not in float is rejected alike
   CHECK(check_decode_options(4, 1, false, -1, 0.0, 0, true, 1e300).code == status::invalid_argument);
 }
+
+TEST_CASE("decode options: a plan's host query offsets") {
+  using kvtile::attention::check_host_qo_indptr;
+  const std::int32_t off[4] = {0, 3, 3, 11};  // counts 3, 0, 8
+  CHECK_FALSE(check_host_qo_indptr(nullptr, 3, 8, false));  // none: every sequence at max_q_tokens
+  CHECK_FALSE(check_host_qo_indptr(off, 3, 8, true));
+  arg_error e = check_host_qo_indptr(off, 3, 8, false);
+  CHECK(e.code == status::invalid_argument);
+  CHECK(std::string(e.name) == "host_qo_indptr");
+  e = check_host_qo_indptr(off, 3, 7, true);
+  CHECK(e.code == status::invalid_argument);
+  CHECK(e.value == 8);
+  const std::int32_t down[3] = {0, 5, 4};  // a count of -1
+  e = check_host_qo_indptr(down, 2, 8, true);
+  CHECK(e.code == status::invalid_argument);
+  CHECK(e.value == -1);
+  const std::int32_t wide[2] = {-2147483647 - 1, 2147483647};  // the difference needs 64 bits
+  CHECK(check_host_qo_indptr(wide, 1, 8, true).code == status::invalid_argument);
+}

@@ -86,6 +86,15 @@ struct schedule_request {
   const std::int32_t* seq_lens = nullptr;  // host copy, num_seqs entries
   int num_seqs = 0;
   int units_per_seq = 1;  // kv_heads x query groups
+  // Multi-query with host counts (decode_plan's host_qo_indptr): sequence s
+  // has q_tokens[s] in [0, q_span] new tokens, so only its query groups that
+  // hold rows (rows f = i * group + g, i < q_tokens[s]) are units with work,
+  // and its window starts at the first of its own queries. Null: every
+  // sequence has q_span tokens. Units are KV-head major: u = h * qgroups + qg.
+  const std::int32_t* q_tokens = nullptr;
+  int qgroups = 1;        // query groups per KV head (units_per_seq / kv_heads)
+  int group = 1;          // query rows per new token (q_heads / kv_heads)
+  int unit_rows = 8;      // query rows per unit
   int tile_tokens = 128;
   int max_len = 0;        // tile_range's clamp
   int window_left = -1;
@@ -123,6 +132,21 @@ inline long long chunk_cost(int n, int rings) {
   return static_cast<long long>(n > floor ? n : floor) + overhead;
 }
 
+// Query tokens of sequence s (q_tokens, else q_span) and whether unit u of it
+// holds query rows.
+inline int q_tokens_of(const schedule_request& r, int s) { return r.q_tokens ? r.q_tokens[s] : r.q_span; }
+inline bool unit_active(const schedule_request& r, int s, int u) {
+  if (!r.q_tokens) return true;
+  return static_cast<long long>(u % r.qgroups) * r.unit_rows < static_cast<long long>(r.q_tokens[s]) * r.group;
+}
+// Units of sequence s that hold query rows.
+inline int active_units(const schedule_request& r, int s) {
+  if (!r.q_tokens) return r.units_per_seq;
+  const long long rows = static_cast<long long>(r.q_tokens[s]) * r.group;
+  const long long qg = (rows + r.unit_rows - 1) / r.unit_rows;
+  return static_cast<int>((qg < r.qgroups ? qg : r.qgroups) * (r.units_per_seq / r.qgroups));
+}
+
 // Chunks of a unit of n tiles for chunk size c (forced: min(forced, n)).
 inline int chunks_of(int n, int c, int forced) {
   if (n <= 0) return 0;
@@ -158,9 +182,9 @@ inline std::vector<long long> size_histogram(const schedule_request& r, const st
   for (int s = 0; s < r.num_seqs; ++s) {
     const int n = ntile[s] - jlo[s], m = chunks_of(n, c, r.forced_splits);
     if (m == 0) continue;
-    const int q = n / m, hi = n % m;
-    hist[q] += static_cast<long long>(m - hi) * r.units_per_seq;
-    if (hi) hist[q + 1] += static_cast<long long>(hi) * r.units_per_seq;
+    const int q = n / m, hi = n % m, units = active_units(r, s);
+    hist[q] += static_cast<long long>(m - hi) * units;
+    if (hi) hist[q + 1] += static_cast<long long>(hi) * units;
   }
   return hist;
 }
@@ -178,6 +202,10 @@ inline schedule build_schedule(const schedule_request& r, const std::vector<int>
     const int n = ntile[s] - jlo[s], m = chunks_of(n, c, r.forced_splits);
     for (int u = 0; u < r.units_per_seq; ++u) {
       const std::int32_t unit = s * r.units_per_seq + u;
+      if (!unit_active(r, s, u)) {
+        out.spans[unit] = {slot, 0};  // no query rows: no work, nothing to merge
+        continue;
+      }
       out.spans[unit] = {slot, m};
       for (int k = 0; k < m; ++k) {
         const int a = jlo[s] + static_cast<int>(static_cast<long long>(n) * k / m);
@@ -207,11 +235,13 @@ inline schedule make_schedule(const schedule_request& r) {
   long long total = 0;
   int longest = 0;
   for (int s = 0; s < r.num_seqs; ++s) {
-    const tile_span t = tile_range(r.seq_lens[s], r.tile_tokens, r.max_len, r.window_left, r.q_span);
+    const int span = q_tokens_of(r, s) > 0 ? q_tokens_of(r, s) : 1;
+    const tile_span t = tile_range(r.seq_lens[s], r.tile_tokens, r.max_len, r.window_left, span);
+    const int units = active_units(r, s);
     jlo[s] = t.jlo;
-    ntile[s] = t.n_tiles;
-    total += static_cast<long long>(t.n_tiles - t.jlo) * r.units_per_seq;
-    longest = std::max(longest, t.n_tiles - t.jlo);
+    ntile[s] = units > 0 ? t.n_tiles : t.jlo;  // a sequence without query rows has no work
+    total += static_cast<long long>(ntile[s] - t.jlo) * units;
+    longest = std::max(longest, ntile[s] - t.jlo);
   }
   if (r.forced_splits > 0 || longest == 0) return build_schedule(r, jlo, ntile, longest, 1);
   // Candidates: no split, and chunk sizes for 1, 1.5, ..., 4 chunks per CTA on
@@ -229,7 +259,8 @@ inline schedule make_schedule(const schedule_request& r) {
     while (lo < hi) {
       const int mid = lo + (hi - lo) / 2;
       long long k = 0;
-      for (int s = 0; s < r.num_seqs; ++s) k += static_cast<long long>(chunks_of(ntile[s] - jlo[s], mid, 0)) * r.units_per_seq;
+      for (int s = 0; s < r.num_seqs; ++s)
+        k += static_cast<long long>(chunks_of(ntile[s] - jlo[s], mid, 0)) * active_units(r, s);
       if (k <= r.ctas) {
         hi = mid;
       } else {

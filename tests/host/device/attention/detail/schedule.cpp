@@ -210,3 +210,92 @@ TEST_CASE("attention schedule: launch shapes and workspace sizes never overflow"
   // Ordinary shapes are unchanged: batch 16, 32 / 8 heads, D 128 on 132 SMs.
   CHECK(workspace_bound(16, 8, 32, 0, 132, 128, 1) == layout_for(16, 8, 32, 0, 132, 128, 8, 1).bytes);
 }
+
+// Multi-query with host counts: sequence s has q_tokens[s] new tokens, so only
+// the query groups its rows fill are units with work (the others get empty
+// spans), each active unit covers [jlo, n_tiles) of its own first query
+// exactly once, and a ragged batch makes fewer chunks than one planned at
+// q_span for every sequence.
+TEST_CASE("attention schedule: host query counts") {
+  using kvtile::attention::detail::active_units;
+  using kvtile::attention::detail::unit_active;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int S = 1 + static_cast<int>(rng() % 24), kv = 1 + static_cast<int>(rng() % 4);
+    const int group = 1 << (rng() % 5), q_span = 1 + static_cast<int>(rng() % 8);  // GQA 1..16, 1..8 tokens
+    const int unit_rows = trial % 2 ? 16 : 8, rows = q_span * group;
+    std::vector<std::int32_t> lens(S), counts(S);
+    for (int s = 0; s < S; ++s) {
+      lens[s] = static_cast<std::int32_t>(rng() % 40000);
+      counts[s] = std::min<std::int32_t>(lens[s], static_cast<std::int32_t>(rng() % (q_span + 1)));
+    }
+    schedule_request r;
+    r.seq_lens = lens.data();
+    r.num_seqs = S;
+    r.qgroups = (rows + unit_rows - 1) / unit_rows;
+    r.units_per_seq = kv * r.qgroups;
+    r.group = group;
+    r.unit_rows = unit_rows;
+    r.q_span = q_span;
+    r.q_tokens = counts.data();
+    r.tile_tokens = 128;
+    r.max_len = 1 << 20;
+    r.window_left = trial % 3 == 0 ? static_cast<int>(rng() % 3000) : -1;
+    r.ctas = trial % 4 == 0 ? 7 : 132;
+    r.forced_splits = trial % 5 == 0 ? 1 + static_cast<int>(rng() % 4) : 0;
+    const schedule s = make_schedule(r);
+    REQUIRE(s.spans.size() == static_cast<std::size_t>(S) * r.units_per_seq);
+    CHECK(s.chunks <= max_chunks(static_cast<std::int64_t>(S) * r.units_per_seq, r.ctas, r.forced_splits));
+    std::vector<int> item_of_slot(s.chunks, -1);
+    for (int i = 0; i < s.chunks; ++i) item_of_slot[s.items[i].slot] = i;
+    for (int seq = 0; seq < S; ++seq) {
+      int active = 0;
+      for (int u = 0; u < r.units_per_seq; ++u) {
+        const int unit = seq * r.units_per_seq + u;
+        const bool holds_rows = (u % r.qgroups) * unit_rows < counts[seq] * group;
+        CHECK(unit_active(r, seq, u) == holds_rows);
+        const auto sp = s.spans[unit];
+        const auto t = tile_range(lens[seq], 128, r.max_len, r.window_left, counts[seq] > 0 ? counts[seq] : 1);
+        if (!holds_rows || t.n_tiles == t.jlo) {
+          CHECK(sp.count == 0);
+          continue;
+        }
+        ++active;
+        int next = t.jlo;
+        for (int k = 0; k < sp.count; ++k) {
+          const auto& w = s.items[item_of_slot[sp.first + k]];
+          CHECK(w.unit == unit);
+          CHECK(w.j0 == next);
+          next = w.j1;
+        }
+        CHECK(next == t.n_tiles);
+      }
+      CHECK(active <= active_units(r, seq));
+    }
+    // The same batch planned at q_span for every sequence: never fewer chunks.
+    schedule_request all = r;
+    all.q_tokens = nullptr;
+    const schedule b = make_schedule(all);
+    if (r.forced_splits > 0) CHECK(s.chunks <= b.chunks);
+  }
+  // GQA 4, 8 tokens at most (two 16-row units per KV head): a batch of 1-4 token rows uses one.
+  std::vector<std::int32_t> lens(16, 32768), counts(16);
+  for (int s = 0; s < 16; ++s) counts[s] = 1 + s % 4;
+  schedule_request r;
+  r.seq_lens = lens.data();
+  r.num_seqs = 16;
+  r.qgroups = 2;
+  r.units_per_seq = 8 * 2;
+  r.group = 4;
+  r.unit_rows = 16;
+  r.q_span = 8;
+  r.q_tokens = counts.data();
+  r.max_len = 1 << 20;
+  r.ctas = 132;
+  long long tiles = 0, tiles_all = 0;
+  for (const auto& w : make_schedule(r).items) tiles += w.j1 - w.j0;
+  r.q_tokens = nullptr;
+  for (const auto& w : make_schedule(r).items) tiles_all += w.j1 - w.j0;
+  CHECK(tiles == 16LL * 8 * 256);
+  CHECK(tiles_all == 2 * tiles);
+}
