@@ -79,8 +79,11 @@ namespace attention {
 // sm_90+; otherwise 16-byte cp.async by the issuing warp), the ring kernel's
 // stages per warp and rings (max_rings), the stage-pool kernel for long chunks
 // (pool_warps share pool_stages stages; 0 stages: none), units of 16 query
-// rows (max_unit_rows 16: two-n-block rings of wide_stages stages), and the
-// fp16 baseline's stages per warp (fp16_stages).
+// rows (max_unit_rows 16: two-n-block rings of wide_stages stages), the
+// fp16 baseline's stages per warp (fp16_stages), and where a planned step
+// merges a unit's chunks (fused_merge: in the attention kernel, by the CTA that
+// finishes the unit's last chunk, so a step is one kernel; otherwise a second
+// merge kernel; the one-call paged_decode always launches the merge kernel).
 //
 // decode_policy_sm90 is the measured one (H200, k4v2_g128 D = 128,
 // docs/attention.md: 2 stages x 8 rings = 255 registers; a 16-stage pool
@@ -98,6 +101,7 @@ struct decode_policy_sm90 {
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
   static constexpr int fp16_stages = 2;
+  static constexpr bool fused_merge = true;
 };
 // A100, A30 (and compute_80 PTX on any device with 163 KB): 16-byte cp.async.
 struct decode_policy_sm80 : decode_policy_sm90 {
@@ -546,8 +550,9 @@ device::launch_result paged_decode_fp16(const fp16_paged_cache_view& cache, cons
 // whole tiles and assigns them to one persistent CTA per SM (balanced over
 // ragged lengths; small batches are cut finer to fill the GPU), then copies
 // the work list into the workspace on `stream` (stream-ordered: the previous
-// step on the same stream finishes first). run() launches the attention and
-// merge kernels with a grid and workspace fixed by the plan's sizes: it can be
+// step on the same stream finishes first). run() launches the attention
+// kernel (which merges the chunks, policy fused_merge; else also the merge
+// kernel) with a grid and workspace fixed by the plan's sizes: it can be
 // captured in a CUDA graph, and the graph replayed after plan() was called
 // again (outside the capture) with new lengths for the same cache shape
 // (num_seqs, kv_heads, max_pages_per_seq), q_heads, window and workspace.
@@ -593,7 +598,8 @@ class decode_plan {
           } else {
             const int all = detail::rows_per_kv_head(a, cache.kv_heads), rows = tr::unit_rows(all);
             if (status b = build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
-                                 tr::rings_for(all), Codec::D, rows, host_qo_indptr);
+                                 tr::rings_for(all), Codec::D, rows, host_qo_indptr,
+                                 decltype(tag)::type::fused_merge);
                 b != status::success)
               return b;
             if (fresh)
@@ -624,7 +630,7 @@ class decode_plan {
                                  } else {
                                    const detail::kernel_params p = detail::make_params(
                                        cache.kv_heads, a, 1, tr::max_len(cache), layout_, true,
-                                       tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads)));
+                                       tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads)), P::fused_merge);
                                    return detail::launch_quant<Codec, P, QT>(cache, a, pool_, dim3(ctas_), p, stream);
                                  }
                                });
@@ -643,7 +649,7 @@ class decode_plan {
     const status s = detail::with_policy(typename detail::chain_of<Policy>::type{}, index, [&](auto tag) {
       using tr = fp16_kernel_traits<D, typename decltype(tag)::type>;
       return build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::page_tokens, tr::max_len(cache), ctas,
-                   tr::warps, D);
+                   tr::warps, D, detail::max_group, nullptr, decltype(tag)::type::fused_merge);
     });
     if (s != status::success) return s;
     key_ = k;
@@ -663,8 +669,9 @@ class decode_plan {
                                [&](auto tag) -> device::launch_result {
                                  using P = typename decltype(tag)::type;
                                  using tr = fp16_kernel_traits<D, P>;
-                                 const detail::kernel_params p =
-                                     detail::make_params(cache.kv_heads, a, 1, tr::max_len(cache), layout_, true);
+                                 const detail::kernel_params p = detail::make_params(
+                                     cache.kv_heads, a, 1, tr::max_len(cache), layout_, true, detail::max_group,
+                                     P::fused_merge);
                                  return detail::launch_fp16<D, P, QT>(cache, a, dim3(ctas_), p, stream);
                                });
   }
@@ -721,7 +728,8 @@ class decode_plan {
 
   template <class QT>
   status build(int num_seqs, int kv_heads, const std::int32_t* lens, const decode_args<QT>& a, int T, int max_len,
-               int ctas, int rings, int d, int rows = detail::max_group, const std::int32_t* host_qo_indptr = nullptr) {
+               int ctas, int rings, int d, int rows = detail::max_group, const std::int32_t* host_qo_indptr = nullptr,
+               bool empty_chunks = false) {
     const int span = detail::q_span_of(a), all = detail::rows_per_kv_head(a, kv_heads);
     detail::schedule_request r;
     r.seq_lens = lens;
@@ -742,6 +750,7 @@ class decode_plan {
     r.ctas = ctas;
     r.rings = rings;
     r.forced_splits = a.num_splits;
+    r.empty_chunks = empty_chunks;
     layout_ = detail::layout_for(num_seqs, kv_heads, a.q_heads, a.num_splits, ctas, d, rows, span);
     sched_ = detail::make_schedule(r);
     if (sched_.chunks > layout_.chunks) return status::invalid_argument;  // cannot happen (max_chunks)

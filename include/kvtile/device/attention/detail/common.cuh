@@ -52,6 +52,13 @@ struct kernel_params {
   const unit_span* spans;
   float* ws_o;    // [slot][slot_rows][D]
   float* ws_ml;   // [slot][slot_rows][2]
+  // Merge in the attention kernel (a plan of a policy with fused_merge): the
+  // CTA that finishes a unit's last chunk merges the unit's rows into out and
+  // lse; counters[unit] counts the finished chunks (zeroed by the plan, reset
+  // by that CTA). Null: the merge kernel merges.
+  std::int32_t* counters;
+  void* out;      // decode_args::out (QT), with counters
+  float* lse;     // decode_args::lse or null, with counters
 };
 
 // The query tokens of sequence seq: first row of q / out and count n (clamped

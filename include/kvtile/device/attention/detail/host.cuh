@@ -65,9 +65,10 @@ int rows_per_kv_head(const decode_args<QT>& a, int kv_heads) {
   return q_span_of(a) * (a.q_heads / kv_heads);
 }
 
+// fused: merge in the attention kernel (planned launches of a fused_merge policy).
 template <class QT>
 kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, int max_len, const ws_layout& L,
-                          bool planned, int unit_rows = max_group) {
+                          bool planned, int unit_rows = max_group, bool fused = false) {
   kernel_params p{};
   p.q = a.q;
   p.q_heads = a.q_heads;
@@ -90,19 +91,24 @@ kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, in
   p.work = planned ? reinterpret_cast<const work_item*>(base + L.work) : nullptr;
   p.cta_begin = planned ? reinterpret_cast<const std::int32_t*>(base + L.cta) : nullptr;
   p.spans = planned ? reinterpret_cast<const unit_span*>(base + L.spans) : nullptr;
+  p.counters = planned && fused ? reinterpret_cast<std::int32_t*>(base + L.counters) : nullptr;
+  p.out = a.out;
+  p.lse = a.lse;
   return p;
 }
 
-// Launches the attention kernel and the merge kernel (device/detail/launch.cuh:
-// per-device setup, each launch's own error). The merge kernel overlaps the
-// attention kernel's tail by programmatic dependent launch where the device
-// has it (compute capability 9.0+) and a.pdl is set.
+// Launches the attention kernel and, unless it merges itself (p.counters), the
+// merge kernel (device/detail/launch.cuh: per-device setup, each launch's own
+// error). The merge kernel overlaps the attention kernel's tail by
+// programmatic dependent launch where the device has it (compute capability
+// 9.0+) and a.pdl is set.
 template <auto Kernel, class QT, int D, bool Rotated, class View>
 device::launch_result launch(std::size_t smem, int threads, dim3 grid, const View& view, const kernel_params& p,
                              const decode_args<QT>& a, cudaStream_t stream) {
   namespace dd = device::detail;
   constexpr auto merge = combine_kernel<QT, D, Rotated>;
   if (device::launch_result r = dd::prepare_kernel<Kernel>(smem); !r.ok()) return r;
+  if (p.counters) return dd::launch_kernel<Kernel>(grid, dim3(threads), smem, {stream, false}, view, p);
   if (device::launch_result r = dd::prepare_kernel<merge>(0); !r.ok()) return r;
   device::device_caps caps;
   if (device::launch_result r = dd::current_device(caps); !r.ok()) return r;

@@ -1,6 +1,7 @@
 // kvtile/device/attention/detail/merge.cuh: merging the partial softmax states: the warps of a
 // CTA into the chunk's workspace slot (write_partial), and the chunks of a
-// unit by log-sum-exp in the merge kernel (combine_kernel).
+// unit by log-sum-exp (combine_row): in the merge kernel (combine_kernel) or,
+// fused, by the CTA that finishes a unit's last chunk (finish_chunk).
 #pragma once
 
 #include <cub/warp/warp_reduce.cuh>
@@ -88,20 +89,18 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
 // shuffles (h >= E): no shared memory, no block barrier.
 inline constexpr int combine_rows = 4;
 
+// Full-warp reductions of the (m, l) pairs: CUB (the aggregate is valid in
+// lane 0, broadcast with one shuffle).
+using warp_reduce = cub::WarpReduce<float>;
+
+// One output row (sequence, query token, query head; row < num_seqs x q_span x
+// q_heads) merged from its unit's partial slots, by one whole warp.
 template <class QT, int D, bool Rotated>
-__global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_params p, QT* out, float* lse,
-                                                                    std::int64_t rows) {
+KVTILE_DEVICE void combine_row(const kernel_params& p, QT* out, float* lse, std::int64_t row,
+                               typename warp_reduce::TempStorage& reduce_tmp) {
   constexpr int E = D / 32;
   static_assert(E == 2 || E == 4 || E == 8, "head_dim 64, 128 or 256");
-  // Launched with programmatic stream serialization: wait for the attention grid.
-  NV_IF_TARGET(NV_PROVIDES_SM_90, (cudaGridDependencySynchronize();));
-  // Full-warp reductions of the (m, l) pairs: CUB (the aggregate is valid in
-  // lane 0, broadcast with one shuffle).
-  using warp_reduce = cub::WarpReduce<float>;
-  __shared__ typename warp_reduce::TempStorage reduce_tmp[combine_rows];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * combine_rows + warp;
-  if (row >= rows) return;  // warp-uniform
+  const int lane = threadIdx.x & 31;
   // Row = (sequence, query token i < q_span, query head); tokens past the
   // sequence's count are not written.
   const std::int64_t seq = row / (static_cast<std::int64_t>(p.q_span) * p.q_heads);
@@ -130,7 +129,7 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   // Global max of m over the splits, then l = sum f_s l_s, f_s = 2^(m_s - max).
   float mx = -INFINITY;
   for (int s = lane; s < S; s += 32) mx = fmaxf(mx, __ldcg(ml + ml_stride * s));
-  mx = __shfl_sync(0xffffffffu, warp_reduce(reduce_tmp[warp]).Reduce(mx, cuda::maximum<float>{}), 0);
+  mx = __shfl_sync(0xffffffffu, warp_reduce(reduce_tmp).Reduce(mx, cuda::maximum<float>{}), 0);
   __syncwarp();  // reduce_tmp is reused below
   float o[E];
 #pragma unroll
@@ -176,7 +175,7 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
         }
       }
     }
-    l = __shfl_sync(0xffffffffu, warp_reduce(reduce_tmp[warp]).Sum(l), 0);
+    l = __shfl_sync(0xffffffffu, warp_reduce(reduce_tmp).Sum(l), 0);
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
@@ -191,6 +190,50 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
 #pragma unroll
   for (int e = 0; e < E; ++e) store_q<QT>(dst + e, o[e]);
   if (lse && lane == 0) lse[out_row] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+}
+
+template <class QT, int D, bool Rotated>
+__global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_params p, QT* out, float* lse,
+                                                                    std::int64_t rows) {
+  // Launched with programmatic stream serialization: wait for the attention grid.
+  NV_IF_TARGET(NV_PROVIDES_SM_90, (cudaGridDependencySynchronize();));
+  __shared__ typename warp_reduce::TempStorage reduce_tmp[combine_rows];
+  const int warp = threadIdx.x >> 5;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * combine_rows + warp;
+  if (row < rows) combine_row<QT, D, Rotated>(p, out, lse, row, reduce_tmp[warp]);  // warp-uniform
+}
+
+// The fused merge (p.counters): after a chunk's partial is written, the CTA
+// counts the chunk for its unit; the CTA of the unit's last chunk merges the
+// unit's rows (warp w: rows w, w + W, ...) and resets the counter. Every
+// thread's partial stores are made visible device-wide before the count
+// (__threadfence), and the merging CTA fences again before reading the
+// other CTAs' slots (through L2, __ldcg). scratch: >= W warp_reduce temp
+// storages plus one int, free (the CTA's stages after write_partial).
+template <class QT, int D, bool Rotated, int W>
+KVTILE_DEVICE void finish_chunk(const kernel_params& p, int seq, int u, std::uint8_t* scratch) {
+  auto* tmp = reinterpret_cast<typename warp_reduce::TempStorage*>(scratch);
+  int* last = reinterpret_cast<int*>(scratch + W * sizeof(typename warp_reduce::TempStorage) + 16);
+  const std::int64_t unit = static_cast<std::int64_t>(seq) * p.units + u;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int done = atomicAdd(p.counters + unit, 1) + 1;
+    const bool is_last = done >= p.spans[unit].count;
+    if (is_last) p.counters[unit] = 0;  // the next run starts from 0
+    *last = is_last;
+  }
+  __syncthreads();
+  if (*last) {
+    __threadfence();
+    const int kvh = u / p.qgroups, qg = u % p.qgroups, warp = threadIdx.x >> 5;
+    const int f0 = qg * p.unit_rows, f1 = min(f0 + p.unit_rows, p.rows_total);
+    for (int f = f0 + warp; f < f1; f += W) {  // row f of the KV head: token f / group, head f % group
+      const std::int64_t row = (static_cast<std::int64_t>(seq) * p.q_span + f / p.group) * p.q_heads +
+                               kvh * p.group + f % p.group;
+      combine_row<QT, D, Rotated>(p, static_cast<QT*>(p.out), p.lse, row, tmp[warp]);
+    }
+  }
 }
 
 }  // namespace attention::detail

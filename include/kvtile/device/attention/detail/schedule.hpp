@@ -102,6 +102,10 @@ struct schedule_request {
   int ctas = 1;           // persistent CTAs (the grid)
   int rings = 8;          // tiles a CTA processes at once (cost model)
   int forced_splits = 0;  // > 0: every unit cut into min(forced_splits, tiles) chunks (tests)
+  // A unit with query rows but no visible tile (a sequence of length 0) gets
+  // one empty chunk [jlo, jlo): the fused merge writes its rows (0, lse -inf)
+  // from there. Off: such units have no chunk (the merge kernel writes them).
+  bool empty_chunks = false;
 };
 
 struct schedule {
@@ -162,7 +166,7 @@ long long lpt(const std::vector<long long>& hist, int ctas, int rings, F&& assig
   std::priority_queue<load, std::vector<load>, std::greater<load>> heap;
   for (int i = 0; i < ctas; ++i) heap.push({0, i});
   long long makespan = 0;
-  for (std::size_t n = hist.size(); n-- > 1;)
+  for (std::size_t n = hist.size(); n-- > 0;)  // n = 0: empty chunks (schedule_request::empty_chunks)
     for (long long k = 0; k < hist[n]; ++k) {
       load l = heap.top();
       heap.pop();
@@ -199,7 +203,7 @@ inline schedule build_schedule(const schedule_request& r, const std::vector<int>
   std::vector<std::vector<work_item>> by_size(static_cast<std::size_t>(longest) + 2);
   std::int32_t slot = 0;
   for (int s = 0; s < r.num_seqs; ++s) {
-    const int n = ntile[s] - jlo[s], m = chunks_of(n, c, r.forced_splits);
+    const int n = ntile[s] - jlo[s], m = n == 0 && r.empty_chunks ? 1 : chunks_of(n, c, r.forced_splits);
     for (int u = 0; u < r.units_per_seq; ++u) {
       const std::int32_t unit = s * r.units_per_seq + u;
       if (!unit_active(r, s, u)) {
@@ -295,10 +299,11 @@ inline schedule make_schedule(const schedule_request& r) {
   return build_schedule(r, jlo, ntile, longest, best_c);
 }
 
-// Workspace: the partials of every slot, then the plan's work list, CTA ranges
-// and unit spans (written by decode_plan::plan; unused by the one-call path).
+// Workspace: the partials of every slot, then the plan's work list, CTA ranges,
+// unit spans and the fused merge's per-unit counters (written by
+// decode_plan::plan, the counters zeroed; unused by the one-call path).
 struct ws_layout {
-  std::size_t o = 0, ml = 0, work = 0, cta = 0, spans = 0, bytes = 0;
+  std::size_t o = 0, ml = 0, work = 0, cta = 0, spans = 0, counters = 0, bytes = 0;
   std::int64_t chunks = 0;
 };
 // unit_rows: query rows of a unit (8 or 16, unit_rows_for); q_span: query
@@ -316,7 +321,8 @@ inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_spl
   L.work = L.ml + up(rows * 2 * sizeof(float));
   L.cta = L.work + up(static_cast<std::size_t>(L.chunks) * sizeof(work_item));
   L.spans = L.cta + up((static_cast<std::size_t>(ctas) + 1) * sizeof(std::int32_t));
-  L.bytes = L.spans + up(static_cast<std::size_t>(units) * sizeof(unit_span));
+  L.counters = L.spans + up(static_cast<std::size_t>(units) * sizeof(unit_span));
+  L.bytes = L.counters + up(static_cast<std::size_t>(units) * sizeof(std::int32_t));
   return L;
 }
 

@@ -299,3 +299,46 @@ TEST_CASE("attention schedule: host query counts") {
   CHECK(tiles == 16LL * 8 * 256);
   CHECK(tiles_all == 2 * tiles);
 }
+
+// The fused merge's plans (empty_chunks): a unit with query rows and no
+// visible tile (length 0) gets one empty chunk, so some CTA writes its rows;
+// every other unit is cut as without the option.
+TEST_CASE("attention schedule: empty chunks for the fused merge") {
+  std::vector<std::int32_t> lens{0, 300, 0, 70000, 1};
+  schedule_request r;
+  r.seq_lens = lens.data();
+  r.num_seqs = 5;
+  r.units_per_seq = 4;
+  r.max_len = 1 << 20;
+  r.ctas = 132;
+  r.empty_chunks = true;
+  const schedule s = make_schedule(r);
+  std::vector<int> item_of_slot(s.chunks, -1);
+  for (int i = 0; i < s.chunks; ++i) item_of_slot[s.items[i].slot] = i;
+  long long items = 0;
+  for (int c = 0; c < r.ctas; ++c) items += s.cta_begin[c + 1] - s.cta_begin[c];
+  CHECK(items == s.chunks);
+  for (int u = 0; u < 5 * 4; ++u) {
+    const auto sp = s.spans[u];
+    REQUIRE(sp.count >= 1);
+    if (lens[u / 4] == 0) {
+      CHECK(sp.count == 1);
+      const auto& w = s.items[item_of_slot[sp.first]];
+      CHECK(w.unit == u);
+      CHECK(w.j0 == 0);
+      CHECK(w.j1 == 0);
+    }
+  }
+  r.empty_chunks = false;
+  const schedule b = make_schedule(r);
+  CHECK(b.spans[0].count == 0);
+  CHECK(s.chunks == b.chunks + 2 * 4);
+  // All lengths 0: one empty chunk per unit, spread over the CTAs.
+  std::vector<std::int32_t> zeros(3, 0);
+  r.seq_lens = zeros.data();
+  r.num_seqs = 3;
+  r.empty_chunks = true;
+  const schedule z = make_schedule(r);
+  CHECK(z.chunks == 12);
+  CHECK(z.items.size() == 12u);
+}
