@@ -140,7 +140,9 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
     }
     if (ci + 1 == first + count) trigger_dependents();  // the merge kernel may start launching
     write_partial<D, W, PK ? 1 : 2, NB>(st, stages, p, qg, c.slot);
-    if (p.counters) finish_chunk<QT, D, true, W>(p, seq, c.u, stages);  // the fused merge
+    if constexpr (P::fused_merge) {  // compiled in only for such policies (its registers, its spills)
+      if (p.counters) finish_chunk<QT, D, true, W>(p, seq, c.u, stages);  // planned: the fused merge
+    }
     fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
     __syncthreads();
   }
@@ -231,7 +233,9 @@ KVTILE_DEVICE void fp16_decode_body(const fp16_paged_cache_view& cache, const ke
     warp_loop<W, 1, Stages, Bulk>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     if (ci + 1 == first + count) trigger_dependents();  // the merge kernel may start launching
     write_partial<D, W>(st, stages, p, qg, c.slot);
-    if (p.counters) finish_chunk<QT, D, false, W>(p, seq, c.u, stages);  // the fused merge
+    if constexpr (P::fused_merge) {
+      if (p.counters) finish_chunk<QT, D, false, W>(p, seq, c.u, stages);  // planned: the fused merge
+    }
     fence_proxy_async();
     __syncthreads();
   }

@@ -208,12 +208,15 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
 // unit's rows (warp w: rows w, w + W, ...) and resets the counter. Every
 // thread's partial stores are made visible device-wide before the count
 // (__threadfence), and the merging CTA fences again before reading the
-// other CTAs' slots (through L2, __ldcg). scratch: >= W warp_reduce temp
-// storages plus one int, free (the CTA's stages after write_partial).
+// other CTAs' slots (through L2, __ldcg). scratch: 16-byte aligned, room for
+// one int and W warp_reduce temp storages, free (the CTA's stages after
+// write_partial).
 template <class QT, int D, bool Rotated, int W>
 KVTILE_DEVICE void finish_chunk(const kernel_params& p, int seq, int u, std::uint8_t* scratch) {
-  auto* tmp = reinterpret_cast<typename warp_reduce::TempStorage*>(scratch);
-  int* last = reinterpret_cast<int*>(scratch + W * sizeof(typename warp_reduce::TempStorage) + 16);
+  using temp = typename warp_reduce::TempStorage;
+  static_assert(alignof(temp) <= 16, "the temp storages start 16 bytes into the scratch");
+  int* last = reinterpret_cast<int*>(scratch);
+  temp* tmp = reinterpret_cast<temp*>(scratch + 16);
   const std::int64_t unit = static_cast<std::int64_t>(seq) * p.units + u;
   __threadfence();
   __syncthreads();
