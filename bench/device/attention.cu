@@ -262,12 +262,12 @@ struct wide2 : P {
 };
 using rows8_policy = attention::decode_policy_with<rows8>;
 using wide2_policy = attention::decode_policy_with<wide2>;
-// A planned step merged by a second kernel instead of the CTA that finishes a unit's last chunk.
+// A planned step merged by the CTA that finishes a unit's last chunk instead of a second kernel.
 template <class P>
-struct merge_kernel : P {
-  static constexpr bool fused_merge = false;
+struct merge_in_kernel : P {
+  static constexpr bool fused_merge = true;
 };
-using merge_kernel_policy = attention::decode_policy_with<merge_kernel>;
+using fused_merge_policy = attention::decode_policy_with<merge_in_kernel>;
 // Tuning of the smaller budgets (--policies, at 16 x 64K and ragged32): the 163 KB budget with bulk
 // copies (what the cp.async load path costs at the same shared memory). Settled, numbers in
 // docs/attention.md: sm80 pool_warps 10, sm86 pool_warps 5.
@@ -505,7 +505,7 @@ int main(int argc, char** argv) {
       }
       // the fused merge against the merge kernel (same run): small batches, 16 x 64K, ragged
       if (s.B <= 4 || (s.B == 16 && s.L == 65536) || s.name == "ragged32") {
-        quant_run<k4v2_g128<128>, half_t, merge_kernel_policy>("k4v2_g128_mergekernel", s, f, false);
+        quant_run<k4v2_g128<128>, half_t, fused_merge_policy>("k4v2_g128_fused", s, f, false);
       }
       if (s.Hq == 16 * s.Hkv) {
         quant_run<k4v2_g128<128>, half_t, rows8_policy>("k4v2_g128_rows8", s, f, false);

@@ -372,12 +372,12 @@ struct rows8 : P {
   static constexpr int max_unit_rows = 8;
 };
 using rows8_policy = attention::decode_policy_with<rows8>;
-// Planned steps merged by the second kernel (fused_merge off): that path of run().
+// Planned steps merged in the attention kernel (fused_merge on): that path of run().
 template <class P>
-struct merge_kernel : P {
-  static constexpr bool fused_merge = false;
+struct merge_in_kernel : P {
+  static constexpr bool fused_merge = true;
 };
-using merge_kernel_policy = attention::decode_policy_with<merge_kernel>;
+using fused_merge_policy = attention::decode_policy_with<merge_in_kernel>;
 
 // Groups of more than 8 query heads: 16 query rows per unit (two n-blocks of a
 // ring's two warps) give the results of 8-row units up to fp32 merge rounding.
@@ -637,10 +637,13 @@ inline void run_plan_tests(bool small) {
     plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900}, 1, 16, true, mods{}, 46,
                                                   "k2v2_g128 fp16_scales D=64 group 16");
     plan_case<C, rows8_policy>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16, 8-row units");
-    plan_case<C, merge_kernel_policy>({0, 1, 127, 3 * 128 + 77, 40 * 128 + 5}, 2, 4, true, mods{}, 8,
-                                      "k4v2_g128 ragged, merge kernel (fused_merge off)");
-    mq_case<C, half_t, merge_kernel_policy>({1000, 3 * 128 + 2, 5, 0}, {1, 8, 4, 0}, 8, 2, 4, true, mods{}, 58,
-                                            "k4v2_g128 ragged multi-query, merge kernel");
+    plan_case<C, fused_merge_policy>({0, 1, 127, 3 * 128 + 77, 40 * 128 + 5}, 2, 4, true, mods{}, 8,
+                                     "k4v2_g128 ragged, fused merge");
+    plan_case<C, fused_merge_policy>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16, fused merge");
+    plan_case<C, fused_merge_policy>({150 * 128 + 7, 140 * 128, 0}, 1, 16, true, mods{}, 44,
+                                     "k4v2_g128 group 16, long, 3 CTAs, fused merge", true, 3, 0);
+    mq_case<C, half_t, fused_merge_policy>({1000, 3 * 128 + 2, 5, 0}, {1, 8, 4, 0}, 8, 2, 4, true, mods{}, 58,
+                                           "k4v2_g128 ragged multi-query, fused merge");
     unit_rows_case<C>(16, {3000, 1, 130 * 128 + 5}, mods{}, 47);
     unit_rows_case<C>(10, {900, 2 * 128}, mods{200, 4.0f}, 48);
   }

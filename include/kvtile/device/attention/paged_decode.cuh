@@ -82,8 +82,8 @@ namespace attention {
 // rows (max_unit_rows 16: two-n-block rings of wide_stages stages), the
 // fp16 baseline's stages per warp (fp16_stages), and where a planned step
 // merges a unit's chunks (fused_merge: in the attention kernel, by the CTA that
-// finishes the unit's last chunk, so a step is one kernel; otherwise a second
-// merge kernel; the one-call paged_decode always launches the merge kernel).
+// finishes the unit's last chunk, so a step is one kernel; off, the default: a
+// second merge kernel, as the one-call paged_decode always launches).
 //
 // decode_policy_sm90 is the measured one (H200, k4v2_g128 D = 128,
 // docs/attention.md: 2 stages x 8 rings = 255 registers; a 16-stage pool
@@ -101,7 +101,10 @@ struct decode_policy_sm90 {
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
   static constexpr int fp16_stages = 2;
-  static constexpr bool fused_merge = true;
+  // Off: the fused merge (on) measured within +-2% of the merge kernel on most shapes, 8% faster at
+  // (2, 8, 1, 128, 32K) but 8% slower at (2, 16, 1, 128, 64K) and 3.5% at ragged32 (the last CTA
+  // merges its unit's rows alone; more spills), H100 2026-12-05 (docs/attention.md, "Merge").
+  static constexpr bool fused_merge = false;
 };
 // A100, A30 (and compute_80 PTX on any device with 163 KB): 16-byte cp.async.
 struct decode_policy_sm80 : decode_policy_sm90 {
@@ -551,8 +554,9 @@ device::launch_result paged_decode_fp16(const fp16_paged_cache_view& cache, cons
 // ragged lengths; small batches are cut finer to fill the GPU), then copies
 // the work list into the workspace on `stream` (stream-ordered: the previous
 // step on the same stream finishes first). run() launches the attention
-// kernel (which merges the chunks, policy fused_merge; else also the merge
-// kernel) with a grid and workspace fixed by the plan's sizes: it can be
+// kernel and the merge kernel (or only the attention kernel, which then
+// merges, under a policy with fused_merge) with a grid and workspace fixed by
+// the plan's sizes: it can be
 // captured in a CUDA graph, and the graph replayed after plan() was called
 // again (outside the capture) with new lengths for the same cache shape
 // (num_seqs, kv_heads, max_pages_per_seq), q_heads, window and workspace.
