@@ -40,7 +40,10 @@ def fmt_shape(k):
 
 
 def sdpa_variant(kernel):
-    """The SDPA variant (sdpa_bench.py VARIANTS) a kvtile kernel row compares with."""
+    """The SDPA variant (sdpa_bench.py VARIANTS) a kvtile kernel row compares with (None: none, e.g. the
+    ragged multi-query rows, whose token counts SDPA has no batch for)."""
+    if "_mqr" in kernel:
+        return None
     for suffix, v in (("_bf16q", "bf16"), ("_mq2", "mq2"), ("_mq4", "mq4"), ("_mq8", "mq8")):
         if kernel.endswith(suffix):
             return v
@@ -184,7 +187,8 @@ def main():
         L += ["", "Other presets and options (same run):", "",
               "| shape | kernel | us | % ceiling | vs fp16 | vs SDPA |", "|---|---|---:|---:|---:|---:|"]
         for k, n, r in others:
-            s = best_sdpa.get(k + (sdpa_variant(n),))
+            v = sdpa_variant(n)
+            s = best_sdpa.get(k + (v,)) if v is not None else None
             L.append(f"| {fmt_shape(k)} | {n} | {r['us']:.1f} | {100 * r['ceiling_fraction']:.1f}% | "
                      f"{r['speedup_vs_fp16_baseline']:.2f}x | {s['us'] / r['us']:.2f}x |" if s else
                      f"| {fmt_shape(k)} | {n} | {r['us']:.1f} | {100 * r['ceiling_fraction']:.1f}% | "
