@@ -248,8 +248,8 @@ int main(void) {
     p.max_q_tokens = 2;
     EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, host_indptr, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT,
            "host_qo_indptr 3 has a count (new tokens of a sequence) outside [0, max_q_tokens]");
-    host_indptr[1] = 3;
-    host_indptr[2] = 2;
+    host_indptr[1] = 2; /* counts 2 and -1 */
+    host_indptr[2] = 1;
     EXPECT(kvtile_ops_decode_plan_build(plan, &c, lens, host_indptr, &p, NULL), KVTILE_OPS_INVALID_ARGUMENT,
            "host_qo_indptr -1 has a count");
     /* plan ignores q and out; run needs them */
