@@ -155,12 +155,8 @@ class Layer(_HFLayer):
         if self.paged is None:
             return
         max_length = int(max_length)
-        if max_length == 0:
-            if self.pending is not None:  # every draft kept
-                self._commit(self.pending[1])
-            return
-        if max_length < 0:
-            max_length = self.cumulative_length - abs(max_length)
+        if max_length <= 0:  # tokens to drop; 0: none (pending drafts stay, the next update commits them)
+            max_length += self.cumulative_length
         if max_length >= self.cumulative_length:
             return
         if max_length < 0:
