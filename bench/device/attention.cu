@@ -3,8 +3,9 @@
 // baseline of the same kernel family (plan/run), against a same-run
 // read-bandwidth ceiling. L2 is flushed (a 512 MB memset) before every timed
 // launch; each number is the median of N >= 50 CUDA-event timings of one decode
-// step (both kernels: attention + merge). Shapes: the uniform ones of issue 13
-// and two ragged batches (lengths log-uniform over [256, 64K], fixed seeds).
+// step (both kernels: attention + merge). Shapes: the uniform ones of issue 13,
+// a small-batch sweep (batch 1-4, 4K-256K, 1 / 2 / 8 KV heads) and two ragged
+// batches (lengths log-uniform over [256, 64K], fixed seeds).
 //
 // Usage: attention [--json FILE] [--iters N] [--quick]   (--quick: batch 1 and 16, ragged; k4v2_g128 only)
 // The quantized caches are filled from a pool of 64 records encoded on the host
@@ -131,6 +132,7 @@ struct shape {
   int B, Hq, Hkv, D, L;  // L: the longest length (uniform shapes: every length)
   std::string name;      // "" or the ragged batch's name
   std::vector<int> lens; // empty: uniform
+  bool sweep = false;    // a small-batch sweep shape: the default kernel and the fp16 baseline only
   std::vector<int> lengths() const { return lens.empty() ? std::vector<int>(B, L) : lens; }
   long long tokens() const {
     long long t = 0;
@@ -279,9 +281,10 @@ static_assert(sm80_bulk_policy::bulk_copies, "the 163 KB budget with bulk copies
 // mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr); ragged:
 // sequence b has 1 + (5 b + 3) % mq of them instead (a speculative batch), the
 // plan given the host counts unless bound_plan (every sequence planned at mq).
+// splits > 0: every sequence's tiles cut into that many chunks (decode_args::num_splits).
 template <class Codec, class QT = half_t, class P = attention::decode_policy>
 void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, bool sink = false, int mq = 0,
-               bool ragged = false, bool bound_plan = false) {
+               bool ragged = false, bool bound_plan = false, int splits = 0) {
   if (!g_only_kernel.empty() && g_only_kernel != name) return;
   constexpr int D = Codec::D, G = Codec::G;
   constexpr std::size_t RB = Codec::record_bytes;
@@ -348,7 +351,7 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
   cv.record_bytes = static_cast<std::int64_t>(RB);
   const std::size_t nq = static_cast<std::size_t>(s.B) * s.Hq * D;
   const int span = mq > 0 ? mq : 1;
-  queries q = make_queries(s, attention::workspace_bytes<Codec>(cv, s.Hq, 0, span), span);
+  queries q = make_queries(s, attention::workspace_bytes<Codec>(cv, s.Hq, splits, span), span);
   std::int32_t* dind = nullptr;
   attention::decode_args<QT> a;
   std::vector<std::int32_t> off;
@@ -366,6 +369,7 @@ void quant_run(const char* name, const shape& s, double fp16_us, bool one_call, 
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
   a.workspace = q.ws;
   a.workspace_bytes = q.ws_bytes;
+  a.num_splits = splits;
   (void)nq;
   double bytes = 0;  // records of complete tiles (not the sink) + the fp16 tails and sinks
   for (int l : lens) {
@@ -470,6 +474,17 @@ int main(int argc, char** argv) {
       {8, 8, 8, 128, 32768},    {64, 32, 8, 128, 8192},  {128, 32, 8, 128, 4096},
       {16, 16, 8, 256, 32768},  {8, 32, 8, 64, 32768},
   };
+  // Small batches (issue 29): batch 1, 2, 4 at 4K-256K with 1, 2 and 8 KV heads (GQA 8, 8, 4), the
+  // shapes not in the list above; the default kernel and the fp16 baseline only.
+  for (int kvh : {1, 2, 8})
+    for (int b : {1, 2, 4})
+      for (int l : {4096, 16384, 65536, 262144}) {
+        const int hq = kvh == 8 ? 32 : 8 * kvh;
+        const bool listed = std::any_of(shapes.begin(), shapes.end(), [&](const shape& x) {
+          return x.B == b && x.Hq == hq && x.Hkv == kvh && x.D == 128 && x.L == l;
+        });
+        if (!listed) shapes.push_back(shape{b, hq, kvh, 128, l, "", {}, true});
+      }
   {
     shape r1{32, 32, 8, 128, 0, "ragged32", log_uniform(32, 256, 65536, 1)};
     shape r2{64, 32, 8, 128, 0, "ragged64", log_uniform(64, 256, 65536, 2)};
@@ -478,7 +493,7 @@ int main(int argc, char** argv) {
     shapes.push_back(r2);
   }
   for (const shape& s : shapes) {
-    if (quick && s.name.empty() && s.B != 16 && s.B != 1) continue;
+    if (quick && (s.sweep || (s.name.empty() && s.B != 16 && s.B != 1))) continue;
     if (!g_only_shape.empty() &&
         g_only_shape != (s.name.empty() ? std::to_string(s.B) + "," + std::to_string(s.Hq) + "," + std::to_string(s.Hkv) +
                                               "," + std::to_string(s.D) + "," + std::to_string(s.L)
@@ -494,6 +509,15 @@ int main(int argc, char** argv) {
     } else {
       f = fp16_baseline<128>(s);
       quant_run<k4v2_g128<128>>("k4v2_g128", s, f, true);
+      // Small batches: the step at forced split counts against the plan's own choice (the data of its
+      // cost model, docs/attention.md "Schedule").
+      if (s.B <= 4 && s.name.empty() && !quick) {
+        for (int n = 1; n <= 256 && n <= s.L / 128; n *= 2) {
+          const std::string nm = "k4v2_g128_split" + std::to_string(n);
+          quant_run<k4v2_g128<128>>(nm.c_str(), s, f, false, false, 0, false, false, n);
+        }
+      }
+      if (s.sweep) continue;
       if (policies) {  // the other GPUs' configurations on this one (docs/attention.md, "Architectures")
         quant_run<k4v2_g128<128>, half_t, attention::forced<attention::decode_policy_sm80>>("k4v2_g128_sm80", s, f, false);
         quant_run<k4v2_g128<128>, half_t, attention::forced<attention::decode_policy_sm86>>("k4v2_g128_sm86", s, f, false);
@@ -518,15 +542,16 @@ int main(int argc, char** argv) {
         quant_run<k4v2_g128<128, fp16_scales>>("k4v2_g128_fp16s", s, f, false);
         quant_run<k4v2_g128<128>, bfloat16_t>("k4v2_g128_bf16q", s, f, false);
         quant_run<k4v2_g128<128>>("k4v2_g128_sink", s, f, false, true);
-        quant_run<k4v2_g128<128>>("k4v2_g128_mq2", s, f, false, false, 2);  // 2 / 4 / 8 new tokens per sequence
       }
-      // Multi-query (speculative verification) at batch 1, 16 and 64, and ragged 1-8 new tokens per
-      // sequence, planned with the host counts and at the bound of 8 for every sequence.
-      if ((s.B == 16 && s.L == 65536) || (s.B == 1 && s.L == 65536) || (s.B == 64 && s.L == 8192)) {
+      // Multi-query (speculative verification): 2, 4 and 8 new tokens per sequence at batch 1, 16 and
+      // 64, and ragged 1-8 new tokens per sequence, planned with the host counts and at the bound of 8
+      // for every sequence.
+      if (s.Hq == 32 && ((s.B == 16 && s.L == 65536) || (s.B == 1 && s.L == 65536) || (s.B == 64 && s.L == 8192))) {
+        quant_run<k4v2_g128<128>>("k4v2_g128_mq2", s, f, false, false, 2);
         quant_run<k4v2_g128<128>>("k4v2_g128_mq4", s, f, false, false, 4);
         quant_run<k4v2_g128<128>>("k4v2_g128_mq8", s, f, false, false, 8);
       }
-      if ((s.B == 16 && s.L == 65536) || s.name == "ragged32") {
+      if ((s.B == 16 && s.L == 65536) || !s.name.empty()) {
         quant_run<k4v2_g128<128>>("k4v2_g128_mqr", s, f, false, false, 8, true);
         quant_run<k4v2_g128<128>>("k4v2_g128_mqr_bound", s, f, false, false, 8, true, true);
       }
@@ -545,9 +570,11 @@ int main(int argc, char** argv) {
         std::fprintf(f,
                      "    {\"kernel\": \"%s\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
                      "\"tokens\": %d, \"lengths\": \"%s\", \"total_tokens\": %lld, \"chunks\": %d, \"us\": %.3f, "
-                     "\"bytes\": %.0f, \"gbs\": %.1f, \"ceiling_fraction\": %.4f, \"speedup_vs_fp16_baseline\": %.3f}%s\n",
+                     "\"bytes\": %.0f, \"gbs\": %.1f, \"ceiling_fraction\": %.4f, \"speedup_vs_fp16_baseline\": %.3f, "
+                     "\"small_batch_sweep\": %s}%s\n",
                      r.kernel.c_str(), r.s.B, r.s.Hq, r.s.Hkv, r.s.D, r.s.L, r.s.name.empty() ? "uniform" : r.s.name.c_str(),
-                     r.s.tokens(), r.chunks, r.us, r.bytes, r.gbs, r.frac, r.speedup, i + 1 < g_results.size() ? "," : "");
+                     r.s.tokens(), r.chunks, r.us, r.bytes, r.gbs, r.frac, r.speedup, r.s.sweep ? "true" : "false",
+                     i + 1 < g_results.size() ? "," : "");
       }
       std::fprintf(f, "  ]\n}\n");
       std::fclose(f);

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch scaled_dot_product_attention decode timings (cuDNN and flash backends,
-enable_gqa=True) on the shapes of bench/device/attention.cu, for comparison.
+enable_gqa=True) on the shapes of a kvtile attention benchmark run, for comparison.
 
-One query token per sequence; K/V fp16 [B, Hkv, L, D] dense (no paging). L2 is
+The shapes are those of bench/device/attention.cu's JSON (--shapes): its uniform
+rows of the default kernel and of the variants `_bf16q` (bf16 q/K/V here) and
+`_mq2` / `_mq4` / `_mq8` (2 / 4 / 8 query tokens per sequence, causal with the new
+tokens last: `causal_lower_right`; the efficient backend is tried too, since not
+every backend takes that bias). K/V fp16 [B, Hkv, L, D] dense (no paging). L2 is
 flushed (512 MB zero fill) before every timed call; median of N CUDA-event timings.
-Variants at (16, 32, 8, 128, 64K), for the kvtile rows of the same names: `bf16`
-(bf16 q/K/V) and `mq4` / `mq8` (4 / 8 query tokens per sequence, causal with the
-new tokens last: `causal_lower_right`; the efficient backend is tried too, since
-not every backend takes that bias).
-Usage: python3 bench/device/sdpa_bench.py [--json FILE] [--iters N]
-Exit 77 (CTest: skipped) without PyTorch or a CUDA device.
+Usage: python3 bench/device/sdpa_bench.py --shapes attention.json [--json FILE] [--iters N]
+Exit 77 (CTest: skipped) without PyTorch, a CUDA device or the shapes file.
 """
 import argparse
 import json
@@ -25,29 +25,43 @@ except ImportError as e:  # CTest bench/sdpa: 77 = skipped
     print(f"SKIPPED: PyTorch with torch.nn.attention not importable ({e})")
     sys.exit(77)
 
-SHAPES = [(1, 32, 8, 128, 16384), (1, 32, 8, 128, 65536), (1, 32, 8, 128, 262144), (2, 32, 8, 128, 32768),
-          (4, 32, 8, 128, 16384), (2, 8, 1, 128, 32768), (16, 32, 8, 128, 65536), (8, 128, 8, 128, 32768),
-          (2, 16, 1, 128, 65536), (8, 8, 8, 128, 32768), (64, 32, 8, 128, 8192), (128, 32, 8, 128, 4096), (16, 16, 8, 256, 32768),
-          (8, 32, 8, 64, 32768)]  # the uniform shapes of bench/device/attention.cu
-VARIANTS = [("bf16", 1), ("mq2", 2), ("mq4", 4), ("mq8", 8)]  # at (16, 32, 8, 128, 64K)
-MQ_SHAPES = [(1, 32, 8, 128, 65536), (64, 32, 8, 128, 8192)]  # mq4 / mq8 there too (bench/device/attention.cu)
+VARIANTS = {"": ("", 1), "_bf16q": ("bf16", 1), "_mq2": ("mq2", 2), "_mq4": ("mq4", 4), "_mq8": ("mq8", 8)}
+
+
+def runs_of(path, kernel="k4v2_g128"):
+    """(shape, variant, query tokens) of the uniform rows of a kvtile attention JSON, in its order."""
+    with open(path) as f:
+        rows = json.load(f)["results"]
+    runs = []
+    for r in rows:
+        suffix = r["kernel"][len(kernel):] if r["kernel"].startswith(kernel) else None
+        if r.get("lengths") != "uniform" or suffix not in VARIANTS:
+            continue
+        run = ((r["batch"], r["q_heads"], r["kv_heads"], r["head_dim"], r["tokens"]),) + VARIANTS[suffix]
+        if run not in runs:
+            runs.append(run)
+    return runs
 
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", help="bench/device/attention.cu's --json output: the shapes to run")
     ap.add_argument("--json")
     ap.add_argument("--iters", type=int, default=60)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("SKIPPED: no CUDA device for PyTorch")
         sys.exit(77)
+    try:
+        runs = runs_of(args.shapes)
+    except (TypeError, OSError, ValueError, KeyError) as e:
+        print(f"SKIPPED: no kvtile attention results to take the shapes from (--shapes: {e})")
+        sys.exit(77)
     dev = torch.device("cuda")
     flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
     results = []
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'backend':8} {'B':>4} {'Hq':>4} {'Hkv':>4} {'D':>4} {'tokens':>7} {'us':>10} {'GB/s':>8}")
-    runs = [(shape, "", 1) for shape in SHAPES] + [((16, 32, 8, 128, 65536), v, n) for v, n in VARIANTS]
-    runs += [(shape, v, n) for shape in MQ_SHAPES for v, n in VARIANTS if v in ("mq4", "mq8")]
     for (B, Hq, Hkv, D, L), variant, nq in runs:
         dt = torch.bfloat16 if variant == "bf16" else torch.float16
         q = torch.randn(B, Hq, nq, D, device=dev, dtype=dt)

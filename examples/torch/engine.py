@@ -153,52 +153,60 @@ class Engine:
         logits = self.model.lm_head(self.model.model.norm(x[:, -1]))
         return int(logits.argmax(-1))
 
-    # ------------------------------------------------------------ decode step (all rows)
+    # ------------------------------------------------------------ decode step over rows [0, n)
+    def _attend(self, i, cache, q, n):
+        """Attention of layer i's rows [0, n) (the one-call ops; PlannedEngine runs its plans)."""
+        if self.backend == "fp16":
+            return kvtile.fp16_decode(cache, q, softmax_scale=self.scale, rows=n)
+        return kvtile.decode(cache, q, softmax_scale=self.scale, rows=n)
+
     @torch.no_grad()
-    def _step(self):
-        b = self.max_batch
-        self.seq_lens.add_(self.active)
-        pos = (self.seq_lens.long() - 1).clamp_(min=0)
-        x = self.model.model.embed_tokens(self.tokens)[:, None]  # [b, 1, hidden]
+    def _decode_rows(self, n):
+        self.seq_lens[:n].add_(self.active[:n])
+        pos = (self.seq_lens[:n].long() - 1).clamp_(min=0)
+        x = self.model.model.embed_tokens(self.tokens[:n])[:, None]  # [n, 1, hidden]
         cos, sin = self.rotary(x, pos[:, None])
-        for layer, cache in zip(self.layers, self.caches):
+        for i, (layer, cache) in enumerate(zip(self.layers, self.caches)):
             a = layer.self_attn
             q, k, v = self.qkv(layer, x, cos, sin)
-            q = q[:, :, 0].contiguous()  # [b, hq, d]
+            q = q[:, :, 0].contiguous()  # [n, hq, d]
             k = k[:, :, 0].contiguous()
             v = v[:, :, 0].contiguous()
             if self.backend == "fp16":
                 cache.write(k, v, pos)
-                o = kvtile.fp16_decode(cache, q, softmax_scale=self.scale)
             else:
-                kvtile.append(cache, k, v)
-                o = kvtile.decode(cache, q, softmax_scale=self.scale)
-            x = x + a.o_proj(o.reshape(b, 1, self.hq * self.d))
+                kvtile.append(cache, k, v, rows=n)
+            o = self._attend(i, cache, q, n)
+            x = x + a.o_proj(o.reshape(n, 1, self.hq * self.d))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         logits = self.model.lm_head(self.model.model.norm(x[:, 0]))
-        self.next_tokens.copy_(logits.argmax(-1))
+        self.next_tokens[:n].copy_(logits.argmax(-1))
+
+    def _capture(self, fn):
+        """fn run once eagerly on a side stream (kernel attributes, allocator), then captured in a CUDA graph;
+        the device lengths are as before (fn may add to them)."""
+        saved = self.seq_lens.clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        self.seq_lens.copy_(saved)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):  # capture records the work, runs none of it
+            fn()
+        self.seq_lens.copy_(saved)
+        return g
 
     def step(self):
+        """One decode step of every row (captured in a CUDA graph on the first call unless use_graph is off)."""
         if not self.use_graph:
-            self._step()
+            self._decode_rows(self.max_batch)
             return
         if self.graph is None:
-            # warm up on a side stream (sets the kernels' attributes), then capture
-            saved = self.seq_lens.clone()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                self._step()
-            torch.cuda.current_stream().wait_stream(s)
-            self.seq_lens.copy_(saved)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self._step()
-            self.seq_lens.copy_(saved)  # capture does not run the work: replay below does
+            self.graph = self._capture(lambda: self._decode_rows(self.max_batch))
         self.graph.replay()
 
-
-    # ------------------------------------------------------------ speculative decoding
     def own_pages(self, row):
         return torch.arange(self.caches[0].max_pages_per_seq, dtype=torch.int32, device=self.device) + \
             row * self.caches[0].max_pages_per_seq
@@ -697,44 +705,6 @@ class PlannedEngine(Engine):
         if self.plan_mode == "per_layer":
             return self.plans[n][i].run(q)
         return self.plans[n].run(q, cache=cache)  # the step's one plan over layer i's cache
-
-    @torch.no_grad()
-    def _decode_rows(self, n):
-        self.seq_lens[:n].add_(self.active[:n])
-        pos = (self.seq_lens[:n].long() - 1).clamp_(min=0)
-        x = self.model.model.embed_tokens(self.tokens[:n])[:, None]  # [n, 1, hidden]
-        cos, sin = self.rotary(x, pos[:, None])
-        for i, (layer, cache) in enumerate(zip(self.layers, self.caches)):
-            a = layer.self_attn
-            q, k, v = self.qkv(layer, x, cos, sin)
-            q = q[:, :, 0].contiguous()  # [n, hq, d]
-            k = k[:, :, 0].contiguous()
-            v = v[:, :, 0].contiguous()
-            if self.backend == "fp16":
-                cache.write(k, v, pos)
-            else:
-                kvtile.append(cache, k, v, rows=n)
-            o = self._attend(i, cache, q, n)
-            x = x + a.o_proj(o.reshape(n, 1, self.hq * self.d))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        logits = self.model.lm_head(self.model.model.norm(x[:, 0]))
-        self.next_tokens[:n].copy_(logits.argmax(-1))
-
-    def _capture(self, fn):
-        """fn run once eagerly on a side stream (kernel attributes, allocator), then captured in a CUDA graph;
-        the device lengths are as before (fn may add to them)."""
-        saved = self.seq_lens.clone()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fn()
-        torch.cuda.current_stream().wait_stream(s)
-        self.seq_lens.copy_(saved)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):  # capture records the work, runs none of it
-            fn()
-        self.seq_lens.copy_(saved)
-        return g
 
     def step(self, n=None, events=None):
         """One decode step of rows [0, n) (default all): active rows grow by one token; next_tokens[:n] holds
