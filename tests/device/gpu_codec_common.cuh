@@ -40,9 +40,11 @@ struct dbuf {
   ~dbuf() { cudaFree(p); }
   dbuf(const dbuf&) = delete;
   void up(const std::vector<T>& h) { KVT_CUDA(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> down() const {
-    std::vector<T> h(n);
-    KVT_CUDA(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<T> down() const { return down(n); }
+  // The first count elements (those a kernel wrote: initcheck reports copies of unwritten ones).
+  std::vector<T> down(std::size_t count) const {
+    std::vector<T> h(std::min(count, n));
+    KVT_CUDA(cudaMemcpy(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
   }
 };
