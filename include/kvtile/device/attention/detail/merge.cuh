@@ -84,7 +84,7 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
 // (Rotated) and writes the output and the log-sum-exp. One warp per row,
 // combine_rows rows per block; lane L holds channels E L .. E L + E - 1
 // (E = D / 32). The per-split (m, l) pairs are read one split per lane, the
-// partial outputs E floats per lane with 8 splits' loads in flight, and the
+// partial outputs E floats per lane with merge_splits_in_flight splits' loads in flight, and the
 // inverse FWHT runs in registers (stages h < E) and across lanes with
 // shuffles (h >= E): no shared memory, no block barrier.
 inline constexpr int combine_rows = 4;
@@ -145,10 +145,11 @@ KVTILE_DEVICE void combine_row(const kernel_params& p, QT* out, float* lse, std:
         l = fmaf(__ldcg(ml + ml_stride * (c + lane) + 1), f, l);
       }
       const int n = min(32, S - c);
-      for (int j0 = 0; j0 < n; j0 += 8) {
-        float x[8][E];
+      constexpr int F = merge_splits_in_flight;  // schedule.hpp: the plan's merge cost counts these rounds
+      for (int j0 = 0; j0 < n; j0 += F) {
+        float x[F][E];
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < F; ++j)
           if (j0 + j < n) {
 #pragma unroll
             for (int e = 0; e < E; e += 4) {
@@ -166,7 +167,7 @@ KVTILE_DEVICE void combine_row(const kernel_params& p, QT* out, float* lse, std:
             }
           }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < F; ++j) {
           const float fj = __shfl_sync(0xffffffffu, f, (j0 + j) & 31);
           if (j0 + j < n) {
 #pragma unroll

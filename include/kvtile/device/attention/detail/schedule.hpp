@@ -157,6 +157,21 @@ inline int chunks_of(int n, int c, int forced) {
   return forced > 0 ? (forced < n ? forced : n) : (n + c - 1) / c;
 }
 
+// Splits whose partial outputs the merge loads at once per row (merge.cuh,
+// combine_row).
+inline constexpr int merge_splits_in_flight = 8;
+
+// Cost of the merge in tile units, for a step whose unit with the most chunks
+// has `max_chunks`: a row's partials are read merge_splits_in_flight at a
+// time, each round about one dependent global load, and every row merges at
+// once, so that unit sets it. 3/2 tile per round (rounded down from 1.66,
+// least squares over the forced-split runs of the H100 small-batch sweep,
+// docs/attention.md "Schedule"); a unit of at most 8 chunks costs 1.
+inline long long merge_cost(int max_chunks) {
+  const long long rounds = (max_chunks + merge_splits_in_flight - 1) / merge_splits_in_flight;
+  return rounds * 3 / 2;
+}
+
 // LPT list scheduling on `ctas` CTAs of chunk costs given as a histogram
 // (hist[n] chunks of n tiles), longest first; returns the makespan and, when
 // owner_of_size is given, calls it (n, cta) for every chunk in that order.
@@ -257,6 +272,9 @@ inline schedule make_schedule(const schedule_request& r) {
     c = std::max<long long>(c, std::min(r.rings, longest));
     cand.push_back(static_cast<int>(std::min<long long>(c, longest)));
   }
+  // Fewer chunks than CTAs (the merge's cost can outweigh idle SMs): 2, 4, 8,
+  // ... chunks for the longest unit.
+  for (long long m = 2; m < longest; m *= 2) cand.push_back(static_cast<int>((longest + m - 1) / m));
   // And the smallest chunk size that still gives at most one chunk per CTA.
   {
     int lo = 1, hi = longest;
@@ -286,11 +304,12 @@ inline schedule make_schedule(const schedule_request& r) {
         top = chunk_cost(static_cast<int>(n), r.rings);
         sum += h[n] * top;
       }
+    const long long merge = merge_cost(chunks_of(longest, c, 0));  // the longest unit has the most chunks
     // A lower bound no better than the best so far: skip the simulation.
-    const long long bound = std::max(top, (sum + r.ctas - 1) / r.ctas);
+    const long long bound = std::max(top, (sum + r.ctas - 1) / r.ctas) + merge;
     if (best_cost >= 0 && bound >= best_cost) continue;
     // At most one chunk per CTA: the makespan is the longest chunk's cost.
-    const long long m = k <= r.ctas ? top : lpt(h, r.ctas, r.rings, [](int, int) {});
+    const long long m = (k <= r.ctas ? top : lpt(h, r.ctas, r.rings, [](int, int) {})) + merge;
     if (best_cost < 0 || m < best_cost) {
       best_cost = m;
       best_c = c;

@@ -164,6 +164,20 @@ TEST_CASE("attention schedule: balance") {
   const schedule s2 = make_schedule(r);
   check_schedule(r, s2);
   CHECK(s2.chunks == 128);
+  // One KV head at 16K (128 tiles): 128 one-tile chunks would fill more SMs,
+  // but each row's merge would read 128 partials, 16 rounds of loads; the merge
+  // cost makes 32 chunks of 4 tiles the choice (measured best on the H100:
+  // 22.4 us against 27.8 for 128 chunks, docs/attention.md "Schedule").
+  CHECK(kvtile::attention::detail::merge_cost(8) == 1);
+  CHECK(kvtile::attention::detail::merge_cost(9) == 3);
+  CHECK(kvtile::attention::detail::merge_cost(128) == 24);
+  r.units_per_seq = 1;
+  r.num_seqs = 1;
+  r.seq_lens = one.data();
+  const schedule s5 = make_schedule(r);
+  check_schedule(r, s5);
+  CHECK(s5.chunks == 32);
+  r.units_per_seq = 8;
   // Empty batch: no chunks, every span empty.
   std::vector<std::int32_t> zeros(5, 0);
   r.seq_lens = zeros.data();
