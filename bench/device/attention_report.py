@@ -39,13 +39,19 @@ def fmt_shape(k):
     return f"({b}, {hq}, {hkv}, {d}, {t // 1024}K)"
 
 
+# kvtile kernel-name suffix -> (SDPA variant, query tokens per sequence): the SDPA run a kvtile row
+# compares with (sdpa_bench.py runs these for the uniform rows of a kvtile run).
+SDPA_VARIANTS = {"": ("", 1), "_bf16q": ("bf16", 1), "_mq2": ("mq2", 2), "_mq4": ("mq4", 4), "_mq8": ("mq8", 8)}
+
+
 def sdpa_variant(kernel):
-    """The SDPA variant (sdpa_bench.py VARIANTS) a kvtile kernel row compares with (None: none, e.g. the
-    ragged multi-query rows, whose token counts SDPA has no batch for)."""
+    """The SDPA variant a kvtile kernel row compares with: that of its suffix in SDPA_VARIANTS, the
+    one-token run for the other rows (other presets and options), None for none (the ragged
+    multi-query rows, whose token counts SDPA has no batch for)."""
     if "_mqr" in kernel:
         return None
-    for suffix, v in (("_bf16q", "bf16"), ("_mq2", "mq2"), ("_mq4", "mq4"), ("_mq8", "mq8")):
-        if kernel.endswith(suffix):
+    for suffix, (v, _) in SDPA_VARIANTS.items():
+        if suffix and kernel.endswith(suffix):
             return v
     return ""
 

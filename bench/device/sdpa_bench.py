@@ -25,7 +25,7 @@ except ImportError as e:  # CTest bench/sdpa: 77 = skipped
     print(f"SKIPPED: PyTorch with torch.nn.attention not importable ({e})")
     sys.exit(77)
 
-VARIANTS = {"": ("", 1), "_bf16q": ("bf16", 1), "_mq2": ("mq2", 2), "_mq4": ("mq4", 4), "_mq8": ("mq8", 8)}
+from attention_report import SDPA_VARIANTS  # bench/device: the kvtile row -> SDPA variant mapping
 
 
 def runs_of(path, kernel="k4v2_g128"):
@@ -35,9 +35,9 @@ def runs_of(path, kernel="k4v2_g128"):
     runs = []
     for r in rows:
         suffix = r["kernel"][len(kernel):] if r["kernel"].startswith(kernel) else None
-        if r.get("lengths") != "uniform" or suffix not in VARIANTS:
+        if r.get("lengths") != "uniform" or suffix not in SDPA_VARIANTS:
             continue
-        run = ((r["batch"], r["q_heads"], r["kv_heads"], r["head_dim"], r["tokens"]),) + VARIANTS[suffix]
+        run = ((r["batch"], r["q_heads"], r["kv_heads"], r["head_dim"], r["tokens"]),) + SDPA_VARIANTS[suffix]
         if run not in runs:
             runs.append(run)
     return runs
