@@ -44,6 +44,23 @@ def fmt_shape(k):
 SDPA_VARIANTS = {"": ("", 1), "_bf16q": ("bf16", 1), "_mq2": ("mq2", 2), "_mq4": ("mq4", 4), "_mq8": ("mq8", 8)}
 
 
+def sdpa_runs(path, kernel="k4v2_g128"):
+    """(shape, SDPA variant, query tokens per sequence) for the uniform rows of a kvtile attention JSON
+    (bench/device/attention.cu --json) whose kernel is `kernel` plus a suffix of SDPA_VARIANTS, in the
+    file's order, each once: the runs sdpa_bench.py times."""
+    with open(path) as f:
+        rows = json.load(f)["results"]
+    runs = []
+    for r in rows:
+        suffix = r["kernel"][len(kernel):] if r["kernel"].startswith(kernel) else None
+        if r.get("lengths") != "uniform" or suffix not in SDPA_VARIANTS:
+            continue
+        run = ((r["batch"], r["q_heads"], r["kv_heads"], r["head_dim"], r["tokens"]),) + SDPA_VARIANTS[suffix]
+        if run not in runs:
+            runs.append(run)
+    return runs
+
+
 def sdpa_variant(kernel):
     """The SDPA variant a kvtile kernel row compares with: that of its suffix in SDPA_VARIANTS, the
     one-token run for the other rows (other presets and options), None for none (the ragged

@@ -25,22 +25,7 @@ except ImportError as e:  # CTest bench/sdpa: 77 = skipped
     print(f"SKIPPED: PyTorch with torch.nn.attention not importable ({e})")
     sys.exit(77)
 
-from attention_report import SDPA_VARIANTS  # bench/device: the kvtile row -> SDPA variant mapping
-
-
-def runs_of(path, kernel="k4v2_g128"):
-    """(shape, variant, query tokens) of the uniform rows of a kvtile attention JSON, in its order."""
-    with open(path) as f:
-        rows = json.load(f)["results"]
-    runs = []
-    for r in rows:
-        suffix = r["kernel"][len(kernel):] if r["kernel"].startswith(kernel) else None
-        if r.get("lengths") != "uniform" or suffix not in SDPA_VARIANTS:
-            continue
-        run = ((r["batch"], r["q_heads"], r["kv_heads"], r["head_dim"], r["tokens"]),) + SDPA_VARIANTS[suffix]
-        if run not in runs:
-            runs.append(run)
-    return runs
+from attention_report import sdpa_runs  # bench/device: the shapes of a kvtile run, torch-free
 
 
 def main():
@@ -53,7 +38,7 @@ def main():
         print("SKIPPED: no CUDA device for PyTorch")
         sys.exit(77)
     try:
-        runs = runs_of(args.shapes)
+        runs = sdpa_runs(args.shapes)
     except (TypeError, OSError, ValueError, KeyError) as e:
         print(f"SKIPPED: no kvtile attention results to take the shapes from (--shapes: {e})")
         sys.exit(77)
