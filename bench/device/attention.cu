@@ -546,7 +546,7 @@ int main(int argc, char** argv) {
       // Multi-query (speculative verification): 2, 4 and 8 new tokens per sequence at batch 1, 16 and
       // 64, and ragged 1-8 new tokens per sequence, planned with the host counts and at the bound of 8
       // for every sequence.
-      if (s.Hq == 32 && ((s.B == 16 && s.L == 65536) || (s.B == 1 && s.L == 65536) || (s.B == 64 && s.L == 8192))) {
+      if ((s.B == 16 && s.L == 65536) || (s.B == 1 && s.L == 65536) || (s.B == 64 && s.L == 8192)) {
         quant_run<k4v2_g128<128>>("k4v2_g128_mq2", s, f, false, false, 2);
         quant_run<k4v2_g128<128>>("k4v2_g128_mq4", s, f, false, false, 4);
         quant_run<k4v2_g128<128>>("k4v2_g128_mq8", s, f, false, false, 8);

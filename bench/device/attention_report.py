@@ -44,6 +44,10 @@ def fmt_shape(k):
 SDPA_VARIANTS = {"": ("", 1), "_bf16q": ("bf16", 1), "_mq2": ("mq2", 2), "_mq4": ("mq4", 4), "_mq8": ("mq8", 8)}
 
 
+# bench_attention's rows with every sequence cut into n chunks: SPLIT_PREFIX + str(n).
+SPLIT_PREFIX = "k4v2_g128_split"
+
+
 def sdpa_runs(path, kernel="k4v2_g128"):
     """(shape, SDPA variant, query tokens per sequence) for the uniform rows of a kvtile attention JSON
     (bench/device/attention.cu --json) whose kernel is `kernel` plus a suffix of SDPA_VARIANTS, in the
@@ -208,7 +212,7 @@ def main():
     arch_rows = ("k4v2_g128_sm80", "k4v2_g128_sm86", "k4v2_g128_sm120", "k4v2_g128_jit80", "k4v2_g128_previous")
     others = [(k, n, r) for k, rows in by_shape.items() for n, r in rows.items()
               if n not in ("k4v2_g128", "k4v2_g128_onecall", "fp16_baseline") + arch_rows
-              and not n.startswith("k4v2_g128_split")]
+              and not n.startswith(SPLIT_PREFIX)]
     if others:
         L += ["", "Other presets and options (same run):", "",
               "| shape | kernel | us | % ceiling | vs fp16 | vs SDPA |", "|---|---|---:|---:|---:|---:|"]
@@ -230,7 +234,7 @@ def main():
                      + (f"{f16['us']:.1f} | " if f16 else "- | ")
                      + (f"{s['us']:.1f} ({s['backend']}) | {s['us'] / q['us']:.2f}x | " if s else "- | - | ")
                      + f"{q['speedup_vs_fp16_baseline']:.2f}x | {q['chunks']} |")
-    split_rows = [(k, rows) for k, rows in by_shape.items() if any(n.startswith("k4v2_g128_split") for n in rows)]
+    split_rows = [(k, rows) for k, rows in by_shape.items() if any(n.startswith(SPLIT_PREFIX) for n in rows)]
     if split_rows:
         L += ["", "Split counts at small batches (same run): the plan's own choice against every sequence cut into "
               "n chunks (`decode_args::num_splits`):", "",
@@ -238,8 +242,8 @@ def main():
               "us at n = 1, 2, 4, ... |", "|---|---:|---:|---:|---:|---:|---|"]
         for k, rows in sorted(split_rows, key=lambda kv: (kv[0][2], kv[0][0], kv[0][4])):
             q = rows.get("k4v2_g128")
-            forced = sorted(((int(n[len("k4v2_g128_split"):]), r) for n, r in rows.items()
-                             if n.startswith("k4v2_g128_split")), key=lambda t: t[0])
+            forced = sorted(((int(n[len(SPLIT_PREFIX):]), r) for n, r in rows.items() if n.startswith(SPLIT_PREFIX)),
+                            key=lambda t: t[0])
             bn, br = min(forced, key=lambda t: t[1]["us"])
             L.append(f"| {fmt_shape(k)} | {q['chunks']} | {q['us']:.1f} | {bn} | {br['us']:.1f} | "
                      f"{q['us'] / br['us']:.2f} | {', '.join('%.1f' % r['us'] for _, r in forced)} |")
