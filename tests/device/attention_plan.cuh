@@ -1,9 +1,13 @@
-// tests/device/attention_plan.cuh: the decode_plan tests of tests/device/attention.cu
-// (one translation unit for both, to compile the kernels once): plan/run against
+// tests/device/attention_plan.cuh: the decode_plan cases (templates over the
+// codec and the policy chain) of tests/device/attention.cu, whose suite
+// (run_plan_tests) calls them for the default chain, and of
+// tests/device/attention_policies.cu, for each forced policy: plan/run against
 // fp64 on the dequantized cache: ragged lengths (0, 1, inside a tile, long),
 // window and soft-cap (both paths), the stage pool with several chunks per CTA,
 // forced chunk counts, PDL on/off, CUDA-graph capture of run() replayed with
-// changing lengths, and a corrupt page table that the context survives.
+// changing lengths, and a corrupt page table that the context survives. Only
+// templates here: a function that names a codec and a chain would compile its
+// kernels in every unit that includes this header.
 #pragma once
 
 #include "attention_common.cuh"
@@ -332,37 +336,6 @@ void corrupt_table_case() {
   check_step<Codec>(qc, st, mods{}, "repaired table after a corrupt one");
 }
 
-void api_case() {
-  using C = kvtile::presets::k4v2_g128<128>;
-  case_cfg c;
-  c.num_seqs = 2;
-  c.kv_heads = 2;
-  c.group = 2;
-  c.lens = {300, 5};
-  std::mt19937_64 rng(9);
-  quant_cache<C> qc;
-  original_kv orig;
-  build_cache<C>(c, rng, qc, orig);
-  step<C> st(qc, 4, rng, mods{});
-  attention::decode_plan plan;
-  check(plan.run<C>(qc.view(), st.a) == status::invalid_argument, "run before plan rejected");
-  check(plan.plan<C>(qc.view(), nullptr, st.a) == status::null_pointer, "plan without host lengths rejected");
-  check(plan.plan<C>(qc.view(), qc.lens.data(), st.a) == status::success, "plan");
-  auto a2 = st.a;
-  a2.window_left = 10;
-  check(plan.run<C>(qc.view(), a2) == status::invalid_argument, "run with another window than planned rejected");
-  a2 = st.a;
-  a2.logit_softcap = -1.0f;
-  check(attention::paged_decode<C>(qc.view(), a2) == status::invalid_argument, "negative soft-cap rejected");
-  a2.logit_softcap = INFINITY;
-  check(attention::paged_decode<C>(qc.view(), a2) == status::invalid_argument, "infinite soft-cap rejected");
-  check(attention::can_implement<C>(qc.view(), st.a) == status::success, "can_implement on this device (sm_90)");
-  check(std::string(to_string(status::unsupported_arch)) != to_string(status::cuda_error) &&
-            std::string(to_string(status::unsupported_arch)).find("GPU") != std::string::npos,
-        "unsupported_arch has its own text");
-  ATTN_CUDA(cudaDeviceSynchronize());
-}
-
 // Units of 8 query rows (each record read once per 8 rows): the kernels of
 // the default policy before the 16-row units, for comparisons.
 // decode_policy_with: a chain over every architecture's policy, like the
@@ -570,134 +543,6 @@ void mq_case(std::vector<int> lens, std::vector<int> n, int max_q, int kv_heads,
   st = attention::paged_decode<Codec, Policy>(qc.view(), a);
   check(st == status::success, std::string(name) + ": multi-query paged_decode (" + to_string(st) + ")");
   verify(n, "one-call");
-}
-
-void mq_api_case() {
-  using C = kvtile::presets::k4v2_g128<128>;
-  case_cfg c;
-  c.num_seqs = 1;
-  c.kv_heads = 2;
-  c.group = 2;
-  c.lens = {300};
-  std::mt19937_64 rng(19);
-  quant_cache<C> qc;
-  original_kv orig;
-  build_cache<C>(c, rng, qc, orig);
-  step<C> st(qc, 4, rng, mods{});
-  dbuf<std::int32_t> indptr(2);
-  auto a = st.a;
-  a.max_q_tokens = 2;  // without qo_indptr
-  check(attention::paged_decode<C>(qc.view(), a) == status::invalid_argument, "max_q_tokens > 1 without qo_indptr rejected");
-  a.qo_indptr = indptr.p;
-  a.max_q_tokens = 9;
-  check(attention::paged_decode<C>(qc.view(), a) == status::invalid_argument, "max_q_tokens 9 rejected");
-  a.max_q_tokens = 0;
-  check(attention::paged_decode<C>(qc.view(), a) == status::invalid_argument, "max_q_tokens 0 rejected");
-  a.max_q_tokens = 8;  // 16-row units of 8 tokens x 2 heads: more than the one-token workspace
-  check(attention::can_implement<C>(qc.view(), a) == status::insufficient_space,
-        "multi-query workspace checked against max_q_tokens");
-  attention::decode_plan plan;
-  a.max_q_tokens = 1;
-  check(plan.plan<C>(qc.view(), qc.lens.data(), a) == status::success, "plan with qo_indptr");
-  const std::int32_t host_off[2] = {0, 2};  // 2 new tokens, max_q_tokens 1
-  check(plan.plan<C>(qc.view(), qc.lens.data(), host_off, a) == status::invalid_argument,
-        "host counts above max_q_tokens rejected");
-  check(plan.plan<C>(qc.view(), qc.lens.data(), host_off, st.a) == status::invalid_argument,
-        "host counts without qo_indptr rejected");
-  check(plan.plan<C>(qc.view(), qc.lens.data(), a) == status::success, "plan with qo_indptr again");
-  check(plan.run<C>(qc.view(), st.a) == status::invalid_argument, "run without the planned qo_indptr rejected");
-  fp16_paged_cache_view fv;  // a valid baseline view (nothing is read)
-  fv.k = reinterpret_cast<half_t*>(st.ws.p);
-  fv.v = fv.k;
-  fv.page_table = qc.d_ptab.p;
-  fv.seq_lens = qc.d_lens.p;
-  fv.num_seqs = 1;
-  fv.kv_heads = 2;
-  fv.head_dim = 128;
-  fv.page_tokens = attention::fp16_kernel_traits<128>::page_tokens;
-  fv.max_pages_per_seq = 1;
-  fv.num_pages = 1;
-  a = st.a;
-  check(attention::can_implement_fp16<128>(fv, a) == status::success, "fp16 baseline view accepted");
-  a.qo_indptr = indptr.p;
-  check(attention::can_implement_fp16<128>(fv, a) == status::invalid_argument, "fp16 baseline: multi-query rejected");
-}
-
-// Every plan/run test; `small`: the reduced set (for compute-sanitizer).
-inline void run_plan_tests(bool small) {
-  using namespace kvtile::presets;
-  using C = k4v2_g128<128>;
-  std::printf("16 query rows per unit (groups of 9-32):\n");
-  plan_case<C>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16");
-  if (!small) {
-    plan_case<C>({77, 3 * 128, 1, 9 * 128 + 100}, 2, 12, false, mods{}, 42, "k4v2_g128 group 12 (half a second n-block)");
-    plan_case<C>({700, 129, 20 * 128 + 3}, 1, 32, true, mods{}, 43, "k4v2_g128 group 32 (two 16-row units)");
-    plan_case<C>({150 * 128 + 7, 140 * 128, 0}, 1, 16, true, mods{}, 44, "k4v2_g128 group 16, long, 3 CTAs", true, 3, 0);
-    plan_case<C>({2000, 1, 256, 700}, 1, 16, true, mods{300, 2.0f}, 45, "k4v2_g128 group 16 window 300 + soft-cap 2");
-    plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900}, 1, 16, true, mods{}, 46,
-                                                  "k2v2_g128 fp16_scales D=64 group 16");
-    plan_case<C, rows8_policy>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16, 8-row units");
-    plan_case<C, fused_merge_policy>({0, 1, 127, 3 * 128 + 77, 40 * 128 + 5}, 2, 4, true, mods{}, 8,
-                                     "k4v2_g128 ragged, fused merge");
-    plan_case<C, fused_merge_policy>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16, fused merge");
-    plan_case<C, fused_merge_policy>({150 * 128 + 7, 140 * 128, 0}, 1, 16, true, mods{}, 44,
-                                     "k4v2_g128 group 16, long, 3 CTAs, fused merge", true, 3, 0);
-    mq_case<C, half_t, fused_merge_policy>({1000, 3 * 128 + 2, 5, 0}, {1, 8, 4, 0}, 8, 2, 4, true, mods{}, 58,
-                                           "k4v2_g128 ragged multi-query, fused merge");
-    unit_rows_case<C>(16, {3000, 1, 130 * 128 + 5}, mods{}, 47);
-    unit_rows_case<C>(10, {900, 2 * 128}, mods{200, 4.0f}, 48);
-  }
-  std::printf("multi-query:\n");
-  mq_case<C>({1000, 3 * 128 + 2, 5, 129 * 128, 77}, {1, 8, 4, 3, 0}, 8, 2, 4, true, mods{}, 51, "k4v2_g128 ragged");
-  mq_case<C>({700, 2 * 128 + 1}, {2, 1}, 2, 2, 2, false, mods{}, 52, "k4v2_g128 packed rows");
-  if (!small) {
-    mq_case<k2v2_g128<64, kvtile::fp16_scales>>({900, 130, 3 * 128 + 5}, {2, 8, 1}, 8, 2, 1, true, mods{100, 3.0f}, 53,
-                                                "k2v2_g128 fp16_scales D=64 GQA 1 window 100 + soft-cap 3");
-    mq_case<k4v2_g128<256>, bfloat16_t>({600, 2 * 128 + 1, 129}, {2, 2, 1}, 2, 1, 16, false, mods{}, 54,
-                                        "k4v2_g128 D=256 GQA 16 bf16");
-    mq_case<C>({150 * 128 + 3, 140 * 128 + 7}, {4, 2}, 4, 2, 2, true, mods{}, 55, "k4v2_g128 long, 3 CTAs", 3);
-    mq_case<C>({2000, 64, 3 * 128}, {8, 8, 5}, 8, 1, 8, true, mods{0, 0.0f}, 56, "k4v2_g128 GQA 8 window 0");
-    mq_case<C>({300, 1, 129}, {1, 1, 0}, 1, 2, 8, false, mods{}, 57, "k4v2_g128 qo_indptr, one token");
-    mq_api_case();
-  }
-  std::printf("plan/run, ragged lengths:\n");
-  plan_case<C>({0, 1, 127, 128, 129, 3 * 128 + 77, small ? 9 * 128 : 300 * 128 + 5}, 2, 4, true, mods{}, 1,
-               "k4v2_g128 ragged");
-  plan_case<C>({5, 1000, 0, 2 * 128}, 2, 8, false, mods{}, 2, "k4v2_g128 ragged group 8");
-  if (!small) {
-    plan_case<C>({64 * 128 + 1, 1, 129}, 1, 16, true, mods{}, 3, "k4v2_g128 group 16");
-    plan_case<C>({1 << 16}, 8, 4, false, mods{}, 4, "k4v2_g128 batch 1, 64K");
-    std::vector<int> lens(40);
-    std::mt19937 lr(17);
-    std::uniform_real_distribution<double> u(std::log(256.0), std::log(40000.0));
-    for (auto& l : lens) l = static_cast<int>(std::exp(u(lr)));
-    plan_case<C>(lens, 2, 4, true, mods{}, 5, "k4v2_g128 40 log-uniform lengths", false);
-    // 3 CTAs for 6 units of 130-150 tiles: the stage-pool kernel, two chunks per CTA.
-    plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, true, mods{}, 6, "k4v2_g128 stage pool, 3 CTAs", true, 3, 1);
-    plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, false, mods{}, 6, "k4v2_g128 rings, 132 CTAs", false, 0, 0);
-    plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900}, 2, 2, true, mods{}, 7,
-                                                  "k2v2_g128 fp16_scales D=64");
-  }
-  std::printf("window and soft-cap:\n");
-  plan_case<C>({1000, 1, 129, 5 * 128, 3000}, 2, 4, true, mods{200, 0.0f}, 11, "window 200");
-  plan_case<C>({1000, 64, 129, 3000}, 2, 4, true, mods{0, 0.0f}, 12, "window 0 (own token only)");
-  plan_case<C>({1000, 300, 3000}, 2, 4, false, mods{-1, 5.0f}, 13, "soft-cap 5");
-  plan_case<C>({2000, 1, 256, 700}, 2, 8, true, mods{300, 2.0f}, 14, "window 300 + soft-cap 2");
-  if (!small) {
-    plan_case<C>({150 * 128 + 7, 140 * 128}, 2, 4, false, mods{5000, 8.0f}, 15, "window 5000 + soft-cap 8", true, 0, 0);
-    plan_case<C>({150 * 128 + 7, 140 * 128, 300 * 128}, 2, 4, true, mods{30000, 8.0f}, 17,
-                 "window 30000 + soft-cap 8, stage pool, 3 CTAs", true, 3, 1);
-    plan_case<k2v2_g128<64, kvtile::fp16_scales>>({900, 3 * 128}, 2, 2, true, mods{128, 3.0f}, 16,
-                                                  "k2v2_g128 fp16_scales D=64 window 128 + soft-cap 3");
-  }
-  std::printf("invariance:\n");
-  invariance_case<C>();
-  std::printf("CUDA graph:\n");
-  graph_case<C>(small);
-  separate_workspace_case<C>();
-  std::printf("corrupt page table:\n");
-  corrupt_table_case<C>();
-  api_case();
 }
 
 }  // namespace attn_plan_test
