@@ -8,7 +8,7 @@
 # Inputs in tests/fuzz/regressions/TARGET/ (past crashes) are replayed first.
 # Crashes are written to build/fuzz/artifacts/TARGET/. Prints one summary line
 # per target: target, seconds, executions, corpus files, result.
-#   env: CXX (default clang++), KVTILE_FUZZ_JOBS (parallel builds for `all`, default 2),
+#   env: CXX (default clang++), KVTILE_FUZZ_JOBS (targets built and run at once, default 2),
 #        KVTILE_FUZZ_BUILD_ONLY=1 (build, don't run), KVTILE_FUZZ_NICE (default 0).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,9 +23,9 @@ cxx=${CXX:-clang++}
 bindir=build/fuzz
 mkdir -p "$bindir"
 
-targets() {
+targets() {  # largest source first: the longest builds start first
   local f
-  for f in tests/fuzz/*.cpp; do
+  for f in $(ls -S tests/fuzz/*.cpp); do
     basename "$f" .cpp
   done
 }
@@ -79,11 +79,13 @@ if [[ $target == all ]]; then
 else
   list=("$target")
 fi
-# Build in parallel (the builds dominate a short smoke), then run one at a time.
-printf '%s\n' "${list[@]}" | xargs  -P "${KVTILE_FUZZ_JOBS:-2}" -I{} bash -c "set -euo pipefail; $(declare -f build targets); cxx='$cxx' bindir='$bindir' build {}"
-[[ ${KVTILE_FUZZ_BUILD_ONLY:-0} == 1 ]] && exit 0
+# Each target is built, then run, KVTILE_FUZZ_JOBS at a time (the builds
+# dominate a short smoke: one target runs while the next one builds). One
+# summary line per target, in the order they finish.
+steps='build "$1"'
+[[ ${KVTILE_FUZZ_BUILD_ONLY:-0} == 1 ]] || steps='build "$1" && run "$1" "$seconds"'
 status=0
-for t in "${list[@]}"; do
-  run "$t" "$seconds" || status=1
-done
+printf '%s\n' "${list[@]}" | xargs -P "${KVTILE_FUZZ_JOBS:-2}" -I{} bash -c \
+  "set -euo pipefail; $(declare -f build run targets); $(declare -p extra); cxx='$cxx' bindir='$bindir' seconds='$seconds'; $steps" \
+  _ {} || status=1
 exit $status
