@@ -463,31 +463,21 @@ TORCH_LIBRARY(kvtile, m) {
 
 // The host codec ops run on CPU tensors; registered for CUDA too so that CUDA
 // tensors get kvtile's "must be a CPU tensor" instead of the dispatcher's error
-// (rotate runs on both: rotation.cu in a CUDA build).
-// The device ops are registered for CPU too, for the same reason.
+// (rotate runs on both: rotation.cu in a CUDA build). The device ops: the
+// other way round (KVTILE_TORCH_DEVICE_OPS, torch_ops_internal.h).
 TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
   m.impl("encode_tiles", &encode_tiles);
   m.impl("decode_tiles", &decode_tiles);
   m.impl("rotate", &rotate);
-#ifdef KVTILE_WITH_CUDA
-#define KVTILE_IMPL(op) m.impl(#op, &op);
-  KVTILE_DEVICE_OPS(KVTILE_IMPL)
-#else
-#define KVTILE_IMPL(op) m.impl(#op, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
-  KVTILE_DEVICE_OPS(KVTILE_IMPL)
-#endif
-#undef KVTILE_IMPL
 }
 #ifdef KVTILE_WITH_CUDA
 TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
   m.impl("encode_tiles", &encode_tiles);
   m.impl("decode_tiles", &decode_tiles);
   m.impl("rotate", &rotate);  // rotation.cu
-#define KVTILE_IMPL(op) m.impl(#op, &op);
-  KVTILE_DEVICE_OPS(KVTILE_IMPL)
-#undef KVTILE_IMPL
 }
 #endif
+KVTILE_TORCH_DEVICE_OPS(KVTILE_DEVICE_OPS)
 
 // ---- speculative decoding and forks (kvtile_ops.h; docs/python.md) ---------------------
 namespace {
@@ -608,22 +598,7 @@ TORCH_LIBRARY_FRAGMENT(kvtile, m) {
 
 #define KVTILE_SPEC_DEVICE_OPS(X) X(append_drafts) X(commit_drafts) X(fork_slots)
 
-TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
-#ifdef KVTILE_WITH_CUDA
-#define KVTILE_IMPL(op) m.impl(#op, &op);
-#else
-#define KVTILE_IMPL(op) m.impl(#op, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
-#endif
-  KVTILE_SPEC_DEVICE_OPS(KVTILE_IMPL)
-#undef KVTILE_IMPL
-}
-#ifdef KVTILE_WITH_CUDA
-TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
-#define KVTILE_IMPL(op) m.impl(#op, &op);
-  KVTILE_SPEC_DEVICE_OPS(KVTILE_IMPL)
-#undef KVTILE_IMPL
-}
-#endif
+KVTILE_TORCH_DEVICE_OPS(KVTILE_SPEC_DEVICE_OPS)
 
 PyMODINIT_FUNC PyInit__C(void) {
   static PyModuleDef def = {PyModuleDef_HEAD_INIT, "kvtile._C", "kvtile's PyTorch ops (torch.ops.kvtile.*)", -1,

@@ -120,21 +120,4 @@ TORCH_LIBRARY_FRAGMENT(kvtile, m) {
 
 #define KVTILE_FP16_DEVICE_OPS(X) X(fp16_decode) X(fp16_decode_plan) X(fp16_decode_run)
 
-// Registered for CPU too, so that CPU tensors get kvtile's "must be a CUDA
-// tensor" (or, without CUDA, why the build has no device ops).
-TORCH_LIBRARY_IMPL(kvtile, CPU, m) {
-#ifdef KVTILE_WITH_CUDA
-#define KVTILE_IMPL(op) m.impl(#op, &op);
-#else
-#define KVTILE_IMPL(op) m.impl(#op, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
-#endif
-  KVTILE_FP16_DEVICE_OPS(KVTILE_IMPL)
-#undef KVTILE_IMPL
-}
-#ifdef KVTILE_WITH_CUDA
-TORCH_LIBRARY_IMPL(kvtile, CUDA, m) {
-#define KVTILE_IMPL(op) m.impl(#op, &op);
-  KVTILE_FP16_DEVICE_OPS(KVTILE_IMPL)
-#undef KVTILE_IMPL
-}
-#endif
+KVTILE_TORCH_DEVICE_OPS(KVTILE_FP16_DEVICE_OPS)

@@ -279,3 +279,18 @@ inline void no_cuda(const c10::OperatorHandle& op, torch::jit::Stack*) {
 #endif
 
 }  // namespace kvtile_torch
+
+// Registers the device ops of an X-macro list (LIST(X) expands to X(op) X(op)
+// ...; each op a function of kvtile_torch in a CUDA build) for CUDA tensors
+// and for CPU tensors too, so that a CPU tensor gets kvtile's "must be a CUDA
+// tensor" instead of the dispatcher's error. Without CUDA every one of them,
+// for CPU tensors, raises why the build has no device ops (no_cuda).
+#define KVTILE_TORCH_IMPL_OP(op) m.impl(#op, &op);
+#define KVTILE_TORCH_IMPL_NO_CUDA(op) m.impl(#op, torch::CppFunction::makeFromBoxedFunction<&no_cuda>());
+#ifdef KVTILE_WITH_CUDA
+#define KVTILE_TORCH_DEVICE_OPS(LIST)                                  \
+  TORCH_LIBRARY_IMPL(kvtile, CPU, m) { LIST(KVTILE_TORCH_IMPL_OP) }    \
+  TORCH_LIBRARY_IMPL(kvtile, CUDA, m) { LIST(KVTILE_TORCH_IMPL_OP) }
+#else
+#define KVTILE_TORCH_DEVICE_OPS(LIST) TORCH_LIBRARY_IMPL(kvtile, CPU, m) { LIST(KVTILE_TORCH_IMPL_NO_CUDA) }
+#endif
