@@ -2,7 +2,8 @@
 #
 # Included at file scope from the top-level CMakeLists.txt (enable_language may
 # not run inside a function). Sets KVTILE_HAS_CUDA, KVTILE_CUDA_PTX_ONLY and the
-# cache variable KVTILE_CUDA_ARCHITECTURES. Never fails when no CUDA compiler exists.
+# cache variables KVTILE_CUDA_ARCHITECTURES and KVTILE_TEST_CUDA_ARCHITECTURES.
+# Never fails when no CUDA compiler exists.
 include(CheckLanguage)
 
 # nvcc is often installed but not on PATH: look in the usual places before
@@ -42,6 +43,21 @@ else()
 endif()
 set(KVTILE_CUDA_ARCHITECTURES "${_kvtile_default_archs}" CACHE STRING
   "CUDA_ARCHITECTURES for kvtile's CUDA targets (CMake syntax, e.g. 90a-real;80-virtual or native)")
+# The programs whose CUDA code only runs on a GPU of the build machine: device
+# tests, benchmarks, kvtile-eval, the .cuh header checks, the ABI guard
+# (kvtile_cuda_target(... TEST)). Empty: KVTILE_CUDA_ARCHITECTURES. The nogpu
+# preset (scripts/test.sh on a machine without a GPU, CI) sets 90a-virtual:
+# nvcc's front end compiles every kernel to PTX, and ptxas, 28-40% of such an
+# object's compile time, runs on the C ABI library and the examples (sm_90a)
+# and, in tests/build_checks.sh, on the attention kernels of every target
+# (tests/attention_archs.py).
+set(KVTILE_TEST_CUDA_ARCHITECTURES "" CACHE STRING
+  "CUDA_ARCHITECTURES of the tests, benchmarks and tools (empty: KVTILE_CUDA_ARCHITECTURES)")
+if(KVTILE_TEST_CUDA_ARCHITECTURES STREQUAL "")
+  set(KVTILE_TEST_ARCHS "${KVTILE_CUDA_ARCHITECTURES}")
+else()
+  set(KVTILE_TEST_ARCHS "${KVTILE_TEST_CUDA_ARCHITECTURES}")
+endif()
 
 check_language(CUDA)
 if(CMAKE_CUDA_COMPILER)
@@ -56,16 +72,17 @@ if(CMAKE_CUDA_COMPILER)
                     "set KVTILE_CUDA_ARCHITECTURES or use a newer toolkit. CUDA targets disabled")
   else()
     set(KVTILE_HAS_CUDA ON)
-    # PTX only (every entry NN-virtual, e.g. the gpu-jit* presets): the tests and
-    # benchmarks run with CUDA_FORCE_PTX_JIT=1 and carry the CTest label ptx-jit.
-    # KVTILE_PTX_JIT_ENVIRONMENT is their ENVIRONMENT (with a JIT cache large
-    # enough for the attention kernels; the driver's default is 256 MiB).
-    if(KVTILE_CUDA_ARCHITECTURES MATCHES "^[0-9]+[a-z]?-virtual(;[0-9]+[a-z]?-virtual)*$")
+    # Tests and benchmarks of PTX only (every entry of KVTILE_TEST_ARCHS NN-virtual,
+    # e.g. the gpu-jit* and nogpu presets) run with CUDA_FORCE_PTX_JIT=1 and carry
+    # the CTest label ptx-jit. KVTILE_PTX_JIT_ENVIRONMENT is their ENVIRONMENT (with
+    # a JIT cache large enough for the attention kernels; the driver's default is
+    # 256 MiB).
+    if(KVTILE_TEST_ARCHS MATCHES "^[0-9]+[a-z]?-virtual(;[0-9]+[a-z]?-virtual)*$")
       set(KVTILE_CUDA_PTX_ONLY ON)
       set(KVTILE_PTX_JIT_ENVIRONMENT "CUDA_FORCE_PTX_JIT=1;CUDA_CACHE_MAXSIZE=4294967296")
     endif()
     message(STATUS "kvtile: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}), "
-                   "architectures ${KVTILE_CUDA_ARCHITECTURES}")
+                   "architectures ${KVTILE_CUDA_ARCHITECTURES}, tests ${KVTILE_TEST_ARCHS}")
   endif()
 else()
   message(STATUS "kvtile: no CUDA compiler found; CUDA targets are skipped")

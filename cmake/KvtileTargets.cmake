@@ -27,13 +27,20 @@ function(kvtile_host_target target)
   endif()
 endfunction()
 
-# kvtile_cuda_target(<target>)
-#   For targets with .cu sources: CUDA 17, KVTILE_CUDA_ARCHITECTURES, shared
+# kvtile_cuda_target(<target> [TEST])
+#   For targets with .cu sources: CUDA 17, KVTILE_CUDA_ARCHITECTURES (TEST: the
+#   tests', benchmarks' and tools' KVTILE_TEST_ARCHS, KvtileCuda.cmake), shared
 #   cudart, -lineinfo (for profilers). --expt-relaxed-constexpr comes from
 #   kvtile::kvtile itself. Never --use_fast_math.
 function(kvtile_cuda_target target)
+  cmake_parse_arguments(PARSE_ARGV 1 _arg "TEST" "" "")
+  if(_arg_TEST)
+    set(_archs "${KVTILE_TEST_ARCHS}")
+  else()
+    set(_archs "${KVTILE_CUDA_ARCHITECTURES}")
+  endif()
   set_target_properties(${target} PROPERTIES
-    CUDA_ARCHITECTURES "${KVTILE_CUDA_ARCHITECTURES}"
+    CUDA_ARCHITECTURES "${_archs}"
     CUDA_STANDARD 17
     CUDA_STANDARD_REQUIRED ON
     CUDA_EXTENSIONS OFF

@@ -12,8 +12,8 @@
 #   3. a plain compiler call with only -std=c++17 -I include
 #   4. the C ABI library (install component "ops"): a CPU-only kvtile_ops built
 #      here (its ctest, then cmake --install --component ops), and the CUDA one
-#      of KVTILE_CONSUMER_OPS_BUILD (default build/default when its
-#      libkvtile_ops is built: CI's earlier stage), each installed and used
+#      of KVTILE_CONSUMER_OPS_BUILD (default build/default or build/nogpu,
+#      the first whose libkvtile_ops is built: CI's earlier stage), each installed and used
 #      through find_package(kvtile CONFIG COMPONENTS ops) by a C program,
 #      without LIBRARY_PATH
 # Usage: tests/consumer/run.sh            (KVTILE_QUICKSTART=file overrides the source)
@@ -137,14 +137,16 @@ cmake --build "$work/ops-cpu" --target kvtile_ops kvtile_ops_cpu_only_test
 ops_consumer "$work/ops-cpu" cpu
 
 ops_build=${KVTILE_CONSUMER_OPS_BUILD:-}
-if [[ -z $ops_build && -n $nvcc ]] && compgen -G "$root/build/default/ops/libkvtile_ops.so*" >/dev/null; then
-  ops_build=$root/build/default
-fi
+for b in default nogpu; do
+  if [[ -z $ops_build && -n $nvcc ]] && compgen -G "$root/build/$b/ops/libkvtile_ops.so*" >/dev/null; then
+    ops_build=$root/build/$b
+  fi
+done
 if [[ -n $ops_build ]]; then
   step "kvtile_ops of $ops_build: install (component ops), find_package(kvtile COMPONENTS ops)"
   ops_consumer "$ops_build" built
 else
-  echo "consumer: no built CUDA kvtile_ops (build/default or KVTILE_CONSUMER_OPS_BUILD): its install is not tested here" >&2
+  echo "consumer: no built CUDA kvtile_ops (build/default, build/nogpu or KVTILE_CONSUMER_OPS_BUILD): its install is not tested here" >&2
 fi
 
 echo
