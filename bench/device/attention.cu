@@ -7,7 +7,7 @@
 // a small-batch sweep (batch 1-4, 4K-256K, 1 / 2 / 8 KV heads) and two ragged
 // batches (lengths log-uniform over [256, 64K], fixed seeds).
 //
-// Usage: attention [--json FILE] [--iters N] [--quick]   (--quick: batch 1 and 16, ragged; k4v2_g128 only)
+// Usage: attention [--json FILE] [--iters N] [--quick] [--policies] [--shape S] [--kernel K] (--help: the options)
 // The quantized caches are filled from a pool of 64 records encoded on the host
 // from random data (real records, replicated over the pages in a random page
 // order); the fp16 caches hold random values.
@@ -19,11 +19,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <kvtile/device/attention/paged_decode.cuh>
 #include <kvtile/kvtile.hpp>
@@ -40,6 +43,12 @@ using namespace kvtile;
   } while (0)
 
 namespace {
+
+// x to `digits` decimals, for the JSON rows
+double rounded(double x, int digits) {
+  const double m = std::pow(10.0, digits);
+  return std::round(x * m) / m;
+}
 
 int g_iters = 60;
 std::string g_only_shape, g_only_kernel;  // --shape, --kernel (profiling one configuration); empty: all
@@ -427,23 +436,24 @@ void print_size(const char* name, const char* packing) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string json;
+  bool quick = false;     // fp16 baseline and k4v2_g128 only (compile-time variant comparisons)
+  bool policies = false;  // also k4v2_g128 D = 128 under each forced non-Hopper policy (and tunings)
+  CLI::App app{"Paged decode attention on the quantized cache against the fp16 baseline and a read ceiling"};
+  app.add_option("--json", json, "Write every row to FILE (JSON)")->option_text("FILE");
+  app.add_option("--iters", g_iters, "CUDA-event timings per row, median reported")
+      ->check(CLI::Range(50, 100000))
+      ->capture_default_str();
+  app.add_flag("--quick", quick, "Batch 1 and 16 and the ragged batches, k4v2_g128 only");
+  app.add_flag("--policies", policies, "Also the other GPUs' policies (forced) at D = 128");
+  app.add_option("--shape", g_only_shape,
+                 "Only this shape: B,Hq,Hkv,D,tokens of the list, or ragged32 / ragged64 (for a profiler)");
+  app.add_option("--kernel", g_only_kernel, "Only the rows of this kernel name (for a profiler)");
+  CLI11_PARSE(app, argc, argv);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;
-  }
-  const char* json = nullptr;
-  bool quick = false;  // --quick: fp16 baseline and k4v2_g128 only (compile-time variant comparisons)
-  bool policies = false;  // --policies: also k4v2_g128 D = 128 under each forced non-Hopper policy (and tunings)
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    if (!std::strcmp(argv[i], "--policies")) policies = true;
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(50, std::atoi(argv[++i]));
-    // --shape "B,Hq,Hkv,D,tokens" or a ragged batch's name, --kernel a row's kernel name: only those
-    // (for a profiler; their speedups need the fp16 row and are 0 when it is not run)
-    if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) g_only_shape = argv[++i];
-    if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) g_only_kernel = argv[++i];
   }
   cudaDeviceProp prop;
   BCUDA(cudaGetDeviceProperties(&prop, 0));
@@ -492,13 +502,20 @@ int main(int argc, char** argv) {
     shapes.push_back(r1);
     shapes.push_back(r2);
   }
+  auto shape_id = [](const shape& s) {
+    return s.name.empty() ? std::to_string(s.B) + "," + std::to_string(s.Hq) + "," + std::to_string(s.Hkv) + "," +
+                                std::to_string(s.D) + "," + std::to_string(s.L)
+                          : s.name;
+  };
+  if (!g_only_shape.empty() &&
+      std::none_of(shapes.begin(), shapes.end(), [&](const shape& s) { return shape_id(s) == g_only_shape; })) {
+    std::fprintf(stderr, "--shape %s: not a shape of this benchmark (B,Hq,Hkv,D,tokens as listed, or ragged32 / "
+                         "ragged64)\n", g_only_shape.c_str());
+    return 2;
+  }
   for (const shape& s : shapes) {
     if (quick && (s.sweep || (s.name.empty() && s.B != 16 && s.B != 1))) continue;
-    if (!g_only_shape.empty() &&
-        g_only_shape != (s.name.empty() ? std::to_string(s.B) + "," + std::to_string(s.Hq) + "," + std::to_string(s.Hkv) +
-                                              "," + std::to_string(s.D) + "," + std::to_string(s.L)
-                                        : s.name))
-      continue;
+    if (!g_only_shape.empty() && g_only_shape != shape_id(s)) continue;
     double f = 0;
     if (s.D == 64) {
       f = fp16_baseline<64>(s);
@@ -560,24 +577,33 @@ int main(int argc, char** argv) {
   std::printf("\nsummary\n");
   std::printf(hdr, "kernel", "B", "Hq", "Hkv", "D", "tokens", "lengths", "chunks", "us", "GB/s", "ceil%", "MB", "vs fp16");
   for (const auto& r : g_results) print_result(r);
-  if (json) {
-    FILE* f = std::fopen(json, "w");
-    if (f) {
-      std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"read_ceiling_gbs\": %.1f,\n  \"iterations\": %d,\n  \"results\": [\n",
-                   prop.name, g_ceiling, g_iters);
-      for (std::size_t i = 0; i < g_results.size(); ++i) {
-        const auto& r = g_results[i];
-        std::fprintf(f,
-                     "    {\"kernel\": \"%s\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
-                     "\"tokens\": %d, \"lengths\": \"%s\", \"total_tokens\": %lld, \"chunks\": %d, \"us\": %.3f, "
-                     "\"bytes\": %.0f, \"gbs\": %.1f, \"ceiling_fraction\": %.4f, \"speedup_vs_fp16_baseline\": %.3f, "
-                     "\"small_batch_sweep\": %s}%s\n",
-                     r.kernel.c_str(), r.s.B, r.s.Hq, r.s.Hkv, r.s.D, r.s.L, r.s.name.empty() ? "uniform" : r.s.name.c_str(),
-                     r.s.tokens(), r.chunks, r.us, r.bytes, r.gbs, r.frac, r.speedup, r.s.sweep ? "true" : "false",
-                     i + 1 < g_results.size() ? "," : "");
-      }
-      std::fprintf(f, "  ]\n}\n");
-      std::fclose(f);
+  if (!json.empty()) {
+    nlohmann::ordered_json j;
+    j["device"] = prop.name;
+    j["read_ceiling_gbs"] = rounded(g_ceiling, 1);
+    j["iterations"] = g_iters;
+    j["results"] = nlohmann::ordered_json::array();
+    for (const auto& r : g_results)
+      j["results"].push_back({{"kernel", r.kernel},
+                              {"batch", r.s.B},
+                              {"q_heads", r.s.Hq},
+                              {"kv_heads", r.s.Hkv},
+                              {"head_dim", r.s.D},
+                              {"tokens", r.s.L},
+                              {"lengths", r.s.name.empty() ? "uniform" : r.s.name},
+                              {"total_tokens", r.s.tokens()},
+                              {"chunks", r.chunks},
+                              {"us", rounded(r.us, 3)},
+                              {"bytes", rounded(r.bytes, 0)},
+                              {"gbs", rounded(r.gbs, 1)},
+                              {"ceiling_fraction", rounded(r.frac, 4)},
+                              {"speedup_vs_fp16_baseline", rounded(r.speedup, 3)},
+                              {"small_batch_sweep", r.s.sweep}});
+    std::ofstream f(json);
+    f << j.dump(2) << "\n";
+    if (!f.good()) {
+      std::fprintf(stderr, "cannot write %s\n", json.c_str());
+      return 1;
     }
   }
   cudaFree(g_flush);

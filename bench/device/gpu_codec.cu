@@ -22,19 +22,24 @@
 // (one 512-thread block per SM, registers uncapped); the others the default,
 // paged_policy::prefill_min_blocks (2).
 // Usage: gpu_codec [--out DIR] [--stem NAME] [--iters N] [--command "how it was run"] [--decode-only | --encode-only]
+//   (--help: the options)
 //   --decode-only: copy ceiling and decode (prefill encodes once, untimed)
 //   --encode-only: copy ceiling and the prefill rows (no decode, no append)
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <kvtile/device/device.cuh>
 #include <kvtile/presets.hpp>
@@ -278,19 +283,16 @@ void bench_append(const char* name) {
 
 int main(int argc, char** argv) {
   std::string out = "bench/results", stem, command = "gpu_codec";
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--out")) out = argv[++i];
-    else if (!std::strcmp(argv[i], "--stem")) stem = argv[++i];
-    else if (!std::strcmp(argv[i], "--iters")) g_iters = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--command")) command = argv[++i];
-  }
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--decode-only")) g_decode_only = true;
-    else if (!std::strcmp(argv[i], "--encode-only")) g_encode_only = true;
-  if (g_decode_only && g_encode_only) {
-    std::fprintf(stderr, "--decode-only and --encode-only exclude each other\n");
-    return 2;
-  }
+  CLI::App app{"Throughput of the device codec and paged kernels against a copy ceiling"};
+  app.add_option("--out", out, "Directory of the JSON and Markdown results")->capture_default_str();
+  app.add_option("--stem", stem, "File name of the results, without extension (default: <date>-gpu-codec)");
+  app.add_option("--iters", g_iters, "CUDA-event timings per row, median reported")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--command", command, "How the run was made, for the results")->capture_default_str();
+  CLI::Option* dec = app.add_flag("--decode-only", g_decode_only, "Copy ceiling and decode (prefill untimed)");
+  app.add_flag("--encode-only", g_encode_only, "Copy ceiling and the prefill rows")->excludes(dec);
+  CLI11_PARSE(app, argc, argv);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("SKIPPED: no CUDA device\n");
@@ -364,16 +366,26 @@ int main(int argc, char** argv) {
   std::error_code mkdir_error;
   std::filesystem::create_directories(out, mkdir_error);  // an existing directory is fine
   int written = 0;
-  if (FILE* f = std::fopen((base + ".json").c_str(), "w")) {
-    std::fprintf(f, "{\n  \"date\": \"%s\",\n  \"gpu\": \"%s\",\n  \"sms\": %d,\n  \"l2_bytes\": %d,\n  \"command\": \"%s\",\n"
-                    "  \"iterations\": %d,\n  \"copy_gbps\": %.1f,\n  \"results\": [\n",
-                 date, prop.name, prop.multiProcessorCount, prop.l2CacheSize, command.c_str(), g_iters, g_copy_gbps);
-    for (std::size_t i = 0; i < g_rows.size(); ++i)
-      std::fprintf(f, "    {\"name\": \"%s\", \"kind\": \"%s\", \"median_us\": %.3f, \"gbps\": %.2f, \"ratio_to_copy\": %.4f, \"bytes\": \"%s\"}%s\n",
-                   g_rows[i].name.c_str(), g_rows[i].kind.c_str(), g_rows[i].us, g_rows[i].gbps, g_rows[i].ratio,
-                   g_rows[i].note.c_str(), i + 1 < g_rows.size() ? "," : "");
-    std::fprintf(f, "  ]\n}\n");
-    written += std::fclose(f) == 0;
+  {
+    nlohmann::ordered_json j;
+    j["date"] = date;
+    j["gpu"] = prop.name;
+    j["sms"] = prop.multiProcessorCount;
+    j["l2_bytes"] = prop.l2CacheSize;
+    j["command"] = command;
+    j["iterations"] = g_iters;
+    j["copy_gbps"] = std::round(g_copy_gbps * 10) / 10;
+    j["results"] = nlohmann::ordered_json::array();
+    for (const row& r : g_rows)
+      j["results"].push_back({{"name", r.name},
+                              {"kind", r.kind},
+                              {"median_us", std::round(r.us * 1000) / 1000},
+                              {"gbps", std::round(r.gbps * 100) / 100},
+                              {"ratio_to_copy", std::round(r.ratio * 10000) / 10000},
+                              {"bytes", r.note}});
+    std::ofstream f(base + ".json");
+    f << j.dump(2) << "\n";
+    written += f.good();
   }
   if (FILE* f = std::fopen((base + ".md").c_str(), "w")) {
     std::fprintf(f, "# GPU codec benchmark (%s)\n\n- GPU: %s (%d SMs, L2 %d MB)\n- command: `%s`\n"
