@@ -19,17 +19,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <kvtile/device/attention/paged_decode.cuh>
 #include <kvtile/kvtile.hpp>
+
+#include "bench_io.hpp"
 
 using namespace kvtile;
 
@@ -43,12 +41,6 @@ using namespace kvtile;
   } while (0)
 
 namespace {
-
-// x to `digits` decimals, for the JSON rows
-double rounded(double x, int digits) {
-  const double m = std::pow(10.0, digits);
-  return std::round(x * m) / m;
-}
 
 int g_iters = 60;
 std::string g_only_shape, g_only_kernel;  // --shape, --kernel (profiling one configuration); empty: all
@@ -436,20 +428,12 @@ void print_size(const char* name, const char* packing) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json;
-  bool quick = false;     // fp16 baseline and k4v2_g128 only (compile-time variant comparisons)
-  bool policies = false;  // also k4v2_g128 D = 128 under each forced non-Hopper policy (and tunings)
-  CLI::App app{"Paged decode attention on the quantized cache against the fp16 baseline and a read ceiling"};
-  app.add_option("--json", json, "Write every row to FILE (JSON)")->option_text("FILE");
-  app.add_option("--iters", g_iters, "CUDA-event timings per row, median reported")
-      ->check(CLI::Range(50, 100000))
-      ->capture_default_str();
-  app.add_flag("--quick", quick, "Batch 1 and 16 and the ragged batches, k4v2_g128 only");
-  app.add_flag("--policies", policies, "Also the other GPUs' policies (forced) at D = 128");
-  app.add_option("--shape", g_only_shape,
-                 "Only this shape: B,Hq,Hkv,D,tokens of the list, or ragged32 / ragged64 (for a profiler)");
-  app.add_option("--kernel", g_only_kernel, "Only the rows of this kernel name (for a profiler)");
-  CLI11_PARSE(app, argc, argv);
+  kvtile_bench::attention_options opt;
+  if (const int rc = kvtile_bench::parse(argc, argv, opt); rc >= 0) return rc;
+  g_iters = opt.iters;
+  g_only_shape = opt.shape;
+  g_only_kernel = opt.kernel;
+  const bool quick = opt.quick, policies = opt.policies;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("SKIPPED: no CUDA device\n");
@@ -577,32 +561,13 @@ int main(int argc, char** argv) {
   std::printf("\nsummary\n");
   std::printf(hdr, "kernel", "B", "Hq", "Hkv", "D", "tokens", "lengths", "chunks", "us", "GB/s", "ceil%", "MB", "vs fp16");
   for (const auto& r : g_results) print_result(r);
-  if (!json.empty()) {
-    nlohmann::ordered_json j;
-    j["device"] = prop.name;
-    j["read_ceiling_gbs"] = rounded(g_ceiling, 1);
-    j["iterations"] = g_iters;
-    j["results"] = nlohmann::ordered_json::array();
-    for (const auto& r : g_results)
-      j["results"].push_back({{"kernel", r.kernel},
-                              {"batch", r.s.B},
-                              {"q_heads", r.s.Hq},
-                              {"kv_heads", r.s.Hkv},
-                              {"head_dim", r.s.D},
-                              {"tokens", r.s.L},
-                              {"lengths", r.s.name.empty() ? "uniform" : r.s.name},
-                              {"total_tokens", r.s.tokens()},
-                              {"chunks", r.chunks},
-                              {"us", rounded(r.us, 3)},
-                              {"bytes", rounded(r.bytes, 0)},
-                              {"gbs", rounded(r.gbs, 1)},
-                              {"ceiling_fraction", rounded(r.frac, 4)},
-                              {"speedup_vs_fp16_baseline", rounded(r.speedup, 3)},
-                              {"small_batch_sweep", r.s.sweep}});
-    std::ofstream f(json);
-    f << j.dump(2) << "\n";
-    if (!f.good()) {
-      std::fprintf(stderr, "cannot write %s\n", json.c_str());
+  if (!opt.json.empty()) {
+    std::vector<kvtile_bench::attention_row> rows;
+    for (const result& r : g_results)
+      rows.push_back({r.kernel, r.s.name.empty() ? "uniform" : r.s.name, r.s.B, r.s.Hq, r.s.Hkv, r.s.D, r.s.L,
+                      r.chunks, r.s.tokens(), r.us, r.bytes, r.gbs, r.frac, r.speedup, r.s.sweep});
+    if (!kvtile_bench::write_json(opt.json, prop.name, g_ceiling, g_iters, rows)) {
+      std::fprintf(stderr, "cannot write %s\n", opt.json.c_str());
       return 1;
     }
   }

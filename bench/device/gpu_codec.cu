@@ -28,21 +28,18 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <kvtile/device/device.cuh>
 #include <kvtile/presets.hpp>
+
+#include "bench_io.hpp"
 
 #define CK(call)                                                                                    \
   do {                                                                                              \
@@ -282,17 +279,13 @@ void bench_append(const char* name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out = "bench/results", stem, command = "gpu_codec";
-  CLI::App app{"Throughput of the device codec and paged kernels against a copy ceiling"};
-  app.add_option("--out", out, "Directory of the JSON and Markdown results")->capture_default_str();
-  app.add_option("--stem", stem, "File name of the results, without extension (default: <date>-gpu-codec)");
-  app.add_option("--iters", g_iters, "CUDA-event timings per row, median reported")
-      ->check(CLI::Range(1, 100000))
-      ->capture_default_str();
-  app.add_option("--command", command, "How the run was made, for the results")->capture_default_str();
-  CLI::Option* dec = app.add_flag("--decode-only", g_decode_only, "Copy ceiling and decode (prefill untimed)");
-  app.add_flag("--encode-only", g_encode_only, "Copy ceiling and the prefill rows")->excludes(dec);
-  CLI11_PARSE(app, argc, argv);
+  kvtile_bench::codec_options opt;
+  if (const int rc = kvtile_bench::parse(argc, argv, opt); rc >= 0) return rc;
+  g_iters = opt.iters;
+  g_decode_only = opt.decode_only;
+  g_encode_only = opt.encode_only;
+  const std::string out = opt.out, command = opt.command;
+  std::string stem = opt.stem;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("SKIPPED: no CUDA device\n");
@@ -367,25 +360,12 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(out, mkdir_error);  // an existing directory is fine
   int written = 0;
   {
-    nlohmann::ordered_json j;
-    j["date"] = date;
-    j["gpu"] = prop.name;
-    j["sms"] = prop.multiProcessorCount;
-    j["l2_bytes"] = prop.l2CacheSize;
-    j["command"] = command;
-    j["iterations"] = g_iters;
-    j["copy_gbps"] = std::round(g_copy_gbps * 10) / 10;
-    j["results"] = nlohmann::ordered_json::array();
-    for (const row& r : g_rows)
-      j["results"].push_back({{"name", r.name},
-                              {"kind", r.kind},
-                              {"median_us", std::round(r.us * 1000) / 1000},
-                              {"gbps", std::round(r.gbps * 100) / 100},
-                              {"ratio_to_copy", std::round(r.ratio * 10000) / 10000},
-                              {"bytes", r.note}});
-    std::ofstream f(base + ".json");
-    f << j.dump(2) << "\n";
-    written += f.good();
+    std::vector<kvtile_bench::codec_row> rows;
+    for (const row& r : g_rows) rows.push_back({r.name, r.kind, r.us, r.gbps, r.ratio, r.note});
+    written += kvtile_bench::write_json(base + ".json",
+                                        {date, prop.name, command, prop.multiProcessorCount, prop.l2CacheSize,
+                                         g_iters, g_copy_gbps},
+                                        rows);
   }
   if (FILE* f = std::fopen((base + ".md").c_str(), "w")) {
     std::fprintf(f, "# GPU codec benchmark (%s)\n\n- GPU: %s (%d SMs, L2 %d MB)\n- command: `%s`\n"
