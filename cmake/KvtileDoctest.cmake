@@ -18,11 +18,7 @@ macro(kvtile_find_doctest)
     set(doctest_FOUND TRUE)
     message(STATUS "kvtile: using doctest header from .deps/doctest (${CMAKE_CURRENT_SOURCE_DIR})")
   elseif(NOT doctest_FOUND)
-    if(KVTILE_REQUIRE_DEPS)
-      find_package(doctest 2.4 CONFIG REQUIRED)  # the error, with details
-    else()
-      find_package(doctest 2.4 CONFIG)  # a warning with details
-    endif()
+    find_package(doctest 2.4 CONFIG ${KVTILE_DEP_MODE})  # the error (KVTILE_REQUIRE_DEPS) or a warning, with details
   endif()
 endmacro()
 
