@@ -53,6 +53,14 @@ set(KVTILE_CUDA_ARCHITECTURES "${_kvtile_default_archs}" CACHE STRING
 # (tests/attention_archs.py).
 set(KVTILE_TEST_CUDA_ARCHITECTURES "" CACHE STRING
   "CUDA_ARCHITECTURES of the tests, benchmarks and tools (empty: KVTILE_CUDA_ARCHITECTURES)")
+# Compile-only builds (the nogpu preset) also compile those programs' device
+# code without optimization (-G: cicc does not optimize; the preset's
+# CMAKE_CUDA_FLAGS_RELEASE puts the host side of every .cu file at -O0): an
+# attention test object then compiles in a quarter of the time. The optimized,
+# ptxas-checked device code stays with the C ABI library, the examples and
+# tests/build_checks.sh. Binaries built so are for compiling, not for GPU runs.
+option(KVTILE_TEST_CUDA_UNOPTIMIZED
+  "Compile the tests', benchmarks' and tools' device code without optimization (-G): compile-only builds" OFF)
 if(KVTILE_TEST_CUDA_ARCHITECTURES STREQUAL "")
   set(KVTILE_TEST_ARCHS "${KVTILE_CUDA_ARCHITECTURES}")
 else()

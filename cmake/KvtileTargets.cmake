@@ -30,7 +30,8 @@ endfunction()
 # kvtile_cuda_target(<target> [TEST])
 #   For targets with .cu sources: CUDA 17, KVTILE_CUDA_ARCHITECTURES (TEST: the
 #   tests', benchmarks' and tools' KVTILE_TEST_ARCHS, KvtileCuda.cmake), shared
-#   cudart, -lineinfo (for profilers). --expt-relaxed-constexpr comes from
+#   cudart, -lineinfo (for profilers; TEST under KVTILE_TEST_CUDA_UNOPTIMIZED:
+#   -G instead). --expt-relaxed-constexpr comes from
 #   kvtile::kvtile itself. Never --use_fast_math.
 function(kvtile_cuda_target target)
   cmake_parse_arguments(PARSE_ARGV 1 _arg "TEST" "" "")
@@ -46,7 +47,12 @@ function(kvtile_cuda_target target)
     CUDA_EXTENSIONS OFF
     CUDA_RUNTIME_LIBRARY Shared)
   target_link_libraries(${target} PRIVATE kvtile::kvtile CUDA::cudart)
-  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANG_AND_ID:CUDA,NVIDIA>:-lineinfo>")
+  if(_arg_TEST AND KVTILE_TEST_CUDA_UNOPTIMIZED)
+    # -G replaces -lineinfo (nvcc warns when both are given).
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANG_AND_ID:CUDA,NVIDIA>:-G>")
+  else()
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANG_AND_ID:CUDA,NVIDIA>:-lineinfo>")
+  endif()
 endfunction()
 
 # kvtile_stem(<out-var> <file>): file name without directory and last extension.

@@ -9,7 +9,9 @@
 # Crashes are written to build/fuzz/artifacts/TARGET/. Prints one summary line
 # per target: target, seconds, executions, corpus files, result.
 #   env: CXX (default clang++), KVTILE_FUZZ_JOBS (targets built and run at once, default 2),
-#        KVTILE_FUZZ_BUILD_ONLY=1 (build, don't run), KVTILE_FUZZ_NICE (default 0).
+#        KVTILE_FUZZ_BUILD_ONLY=1 (build, don't run), KVTILE_FUZZ_NICE (default 0),
+#        KVTILE_FUZZ_OPT (default -O1; CI's 10-s smoke uses -O0: encode_tile builds in
+#        a third of the time and runs a third as many inputs).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -22,6 +24,9 @@ cxx=${CXX:-clang++}
 [[ $cxx == *clang* ]] || cxx=clang++
 bindir=build/fuzz
 mkdir -p "$bindir"
+flags=(-std=c++17 "${KVTILE_FUZZ_OPT:--O1}" -g -fno-omit-frame-pointer
+       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+       -Wall -Wextra -Werror -Iinclude -Itools)
 
 targets() {  # largest source first: the longest builds start first
   local f
@@ -30,19 +35,19 @@ targets() {  # largest source first: the longest builds start first
   done
 }
 
-build() {  # build TARGET: rebuild when any input is newer than the binary
+build() {  # build TARGET: rebuild when any input is newer than the binary or the flags changed
   local t=$1 bin="$bindir/$1"
   local src="tests/fuzz/$t.cpp"
   [[ -f $src ]] || { echo "run.sh: no such target: $t (have: $(targets | tr '\n' ' '))" >&2; return 2; }
-  if [[ -x $bin ]] && [[ -z $(find "$src" tests/fuzz/*.hpp include tools/kvtile-eval -newer "$bin" \
+  if [[ -x $bin && $(cat "$bin.flags" 2>/dev/null) == "${flags[*]}" ]] &&
+     [[ -z $(find "$src" tests/fuzz/*.hpp include tools/kvtile-eval -newer "$bin" \
         \( -name '*.hpp' -o -name '*.cpp' -o -name '*.h' \) -print -quit 2>/dev/null) ]]; then
     return 0
   fi
-  echo "run.sh: building $bin"
-  "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
-    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -Wall -Wextra -Werror -Iinclude -Itools "$src" -o "$bin.tmp"
+  echo "run.sh: building $bin (${flags[1]})"
+  "$cxx" "${flags[@]}" "$src" -o "$bin.tmp"
   mv "$bin.tmp" "$bin"
+  printf '%s\n' "${flags[*]}" > "$bin.flags"
 }
 
 run() {  # run TARGET SECONDS
@@ -86,6 +91,6 @@ steps='build "$1"'
 [[ ${KVTILE_FUZZ_BUILD_ONLY:-0} == 1 ]] || steps='build "$1" && run "$1" "$seconds"'
 status=0
 printf '%s\n' "${list[@]}" | xargs -P "${KVTILE_FUZZ_JOBS:-2}" -I{} bash -c \
-  "set -euo pipefail; $(declare -f build run targets); $(declare -p extra); cxx='$cxx' bindir='$bindir' seconds='$seconds'; $steps" \
+  "set -euo pipefail; $(declare -f build run targets); $(declare -p extra flags); cxx='$cxx' bindir='$bindir' seconds='$seconds'; $steps" \
   _ {} || status=1
 exit $status
