@@ -10,8 +10,8 @@
 # per target: target, seconds, executions, corpus files, result.
 #   env: CXX (default clang++), KVTILE_FUZZ_JOBS (targets built and run at once, default 2),
 #        KVTILE_FUZZ_BUILD_ONLY=1 (build, don't run), KVTILE_FUZZ_NICE (default 0),
-#        KVTILE_FUZZ_OPT (default -O1; CI's 10-s smoke uses -O0: encode_tile builds in
-#        a third of the time and runs a third as many inputs).
+#        KVTILE_FUZZ_OPT (default -O1; CI's 10-s smoke uses -O0, which builds faster
+#        and runs fewer inputs: docs/reliability.md).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
