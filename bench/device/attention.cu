@@ -528,8 +528,10 @@ int main(int argc, char** argv) {
           quant_run<k4v2_g128<128>, half_t, attention::forced<sm80_bulk_policy>>("k4v2_g128_sm80_bulk", s, f, false);
         }
       }
-      // the fused merge against the merge kernel (same run): small batches, 16 x 64K, ragged
-      if (s.B <= 4 || (s.B == 16 && s.L == 65536) || s.name == "ragged32") {
+      // the fused merge against the merge kernel (same run): small batches, 16 x 64K, ragged, and
+      // 128 x 4K / 64 x 8K (one chunk per unit: no merge work in the fused path)
+      if (s.B <= 4 || (s.B == 16 && s.L == 65536) || s.name == "ragged32" || (s.B == 128 && s.L == 4096) ||
+          (s.B == 64 && s.L == 8192)) {
         quant_run<k4v2_g128<128>, half_t, fused_merge_policy>("k4v2_g128_fused", s, f, false);
       }
       if (s.Hq == 16 * s.Hkv) {

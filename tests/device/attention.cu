@@ -122,6 +122,8 @@ void run_plan_tests(bool small) {
     unit_rows_case<C>(16, {3000, 1, 130 * 128 + 5}, mods{}, 47);
     unit_rows_case<C>(10, {900, 2 * 128}, mods{200, 4.0f}, 48);
   }
+  std::printf("fused merge, units with one chunk (no merge work):\n");
+  sole_chunk_case<C>("k4v2_g128 fused merge, sole chunks");
   std::printf("multi-query:\n");
   mq_case<C>({1000, 3 * 128 + 2, 5, 129 * 128, 77}, {1, 8, 4, 3, 0}, 8, 2, 4, true, mods{}, 51, "k4v2_g128 ragged");
   mq_case<C>({700, 2 * 128 + 1}, {2, 1}, 2, 2, 2, false, mods{}, 52, "k4v2_g128 packed rows");

@@ -5,7 +5,8 @@
 // fp64 on the dequantized cache: ragged lengths (0, 1, inside a tile, long),
 // window and soft-cap (both paths), the stage pool with several chunks per CTA,
 // forced chunk counts, PDL on/off, CUDA-graph capture of run() replayed with
-// changing lengths, and a corrupt page table that the context survives. Only
+// changing lengths, a corrupt page table that the context survives, and the
+// fused merge's units with one chunk (no merge work: their slots unwritten). Only
 // templates here: a function that names a codec and a chain would compile its
 // kernels in every unit that includes this header.
 #pragma once
@@ -351,6 +352,60 @@ struct merge_in_kernel : P {
   static constexpr bool fused_merge = true;
 };
 using fused_merge_policy = attention::decode_policy_with<merge_in_kernel>;
+
+// The fused merge does no merge work for a unit with one chunk: the
+// workspace's partial slots are filled with NaN before the plan, so a merge
+// that read a slot nobody wrote would put NaN into the output. After run(),
+// the slot of every unit with one chunk is still NaN (its CTA wrote the
+// outputs itself), every slot of a unit with several chunks was written, and
+// the outputs match fp64. Policy: a chain with fused_merge.
+template <class Codec, class Policy = fused_merge_policy>
+void sole_chunk_case(const char* name) {
+  case_cfg c;
+  c.num_seqs = 5;
+  c.kv_heads = 2;
+  c.group = 4;
+  c.sink = true;
+  c.lens = {60 * Codec::G + 9, 3, 0, 2 * Codec::G + 7, 45 * Codec::G};
+  std::mt19937_64 rng(4242);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  const mods m{};
+  constexpr int D = Codec::D;
+  const int slot_rows = c.group;  // rows per slot: min(rows per KV head, unit rows)
+  // Whether slot k still holds the NaN fill in every float of its rows.
+  auto untouched = [&](const std::vector<std::uint8_t>& ws, std::int64_t k) {
+    const std::size_t b = static_cast<std::size_t>(k) * slot_rows * D * sizeof(float);
+    for (std::size_t i = b; i < b + static_cast<std::size_t>(slot_rows) * D * sizeof(float); ++i)
+      if (ws[i] != 0xFF) return false;
+    return true;
+  };
+  step<Codec> st(qc, c.kv_heads * c.group, rng, m);
+  ATTN_CUDA(cudaMemset(st.ws.p, 0xFF, st.ws.n));
+  attention::decode_plan plan;
+  check(plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), st.a) == status::success, std::string(name) + ": plan");
+  st.poison();
+  check(plan.run<Codec, Policy>(qc.view(), st.a) == status::success, std::string(name) + ": run");
+  check_step<Codec>(qc, st, m, std::string(name) + ": outputs, slots filled with NaN");
+  const auto ws = st.ws.download();
+  int sole = 0, split = 0, bad = 0;
+  for (const auto& sp : plan.last_schedule().spans) {
+    if (sp.count == 1) {
+      ++sole;
+      bad += !untouched(ws, sp.first);
+    } else if (sp.count > 1) {
+      ++split;
+      for (int k = 0; k < sp.count; ++k) bad += untouched(ws, sp.first + k);
+    }
+  }
+  char buf[300];
+  std::snprintf(buf, sizeof buf,
+                "%s: %d units with one chunk (slot never written), %d with several (every slot written): %d wrong",
+                name, sole, split, bad);
+  std::printf("  %s\n", buf);
+  check(sole > 0 && split > 0 && bad == 0, buf);
+}
 
 // Groups of more than 8 query heads: 16 query rows per unit (two n-blocks of a
 // ring's two warps) give the results of 8-row units up to fp32 merge rounding.

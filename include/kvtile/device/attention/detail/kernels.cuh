@@ -139,9 +139,12 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
       warp_loop<R, H * NB, Stages, Bulk, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     }
     if (ci + 1 == first + count) trigger_dependents();  // the merge kernel may start launching
-    write_partial<D, W, PK ? 1 : 2, NB>(st, stages, p, qg, c.slot);
-    if constexpr (P::fused_merge) {  // compiled in only for such policies (its registers, its spills)
-      if (p.counters) finish_chunk<QT, D, true, W>(p, seq, c.u, stages);  // planned: the fused merge
+    // The fused merge's code (a unit's sole chunk written as outputs, the
+    // last chunk's merge) is compiled in only for such policies: its registers, its spills.
+    [[maybe_unused]] const bool sole =
+        write_partial<QT, D, W, true, P::fused_merge, PK ? 1 : 2, NB>(st, stages, p, seq, c.u, qg, c.slot);
+    if constexpr (P::fused_merge) {
+      if (p.counters && !sole) finish_chunk<QT, D, true, W>(p, seq, c.u, stages);  // planned: the fused merge
     }
     fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
     __syncthreads();
@@ -232,9 +235,10 @@ KVTILE_DEVICE void fp16_decode_body(const fp16_paged_cache_view& cache, const ke
     };
     warp_loop<W, 1, Stages, Bulk>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     if (ci + 1 == first + count) trigger_dependents();  // the merge kernel may start launching
-    write_partial<D, W>(st, stages, p, qg, c.slot);
+    [[maybe_unused]] const bool sole =
+        write_partial<QT, D, W, false, P::fused_merge>(st, stages, p, seq, c.u, qg, c.slot);
     if constexpr (P::fused_merge) {
-      if (p.counters) finish_chunk<QT, D, false, W>(p, seq, c.u, stages);  // planned: the fused merge
+      if (p.counters && !sole) finish_chunk<QT, D, false, W>(p, seq, c.u, stages);  // planned: the fused merge
     }
     fence_proxy_async();
     __syncthreads();

@@ -22,15 +22,117 @@ KVTILE_NAMESPACE_BEGIN
 namespace attention::detail {
 
 // ---------------------------------------------------------------- epilogue
-// Merges the warps of a CTA and writes the split's partial (m, l, O) in the
-// rotated frame (unnormalized, relative to m) to the workspace; the
-// accumulators are in out_order<D> (tile_layout.cuh). NB n-blocks: warp w
-// holds query rows 8 (w % NB) .. + 7.
-template <int D, int W, int NQ = 2, int NB = 1>
-KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, const kernel_params& p, int qg,
-                                 int slot) {
+// Full-warp reductions of the (m, l) pairs: CUB (the aggregate is valid in
+// lane 0, broadcast with one shuffle).
+using warp_reduce = cub::WarpReduce<float>;
+
+// The end of one output row, by one whole warp (lane L holds channels E L ..
+// E L + E - 1 of the merged, unnormalized o; E = D / 32): normalizes by l,
+// un-rotates (Rotated: the inverse FWHT in registers and shuffles) and stores
+// the row in the query type at dst (the row's first channel); lse (or null):
+// the row's log-sum-exp, ln sum exp s = (mx + log2 l) ln 2, -inf when l = 0.
+template <class QT, int D, bool Rotated>
+KVTILE_DEVICE void finish_row(float (&o)[D / 32], float mx, float l, QT* dst, float* lse) {
+  constexpr int E = D / 32;
+  const int lane = threadIdx.x & 31;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) o[e] = l > 0.0f ? o[e] * inv : 0.0f;
+  if constexpr (Rotated) {
+    using kvtile::device::fwht_lane_op;
+    kvtile::device::lane_fwht_unnormalized<32, E, fwht_lane_op::signed_fma>(o);  // warp_fwht.cuh, blocked layout
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] = __fmul_rn(o[e], kvtile::detail::hadamard_norm<D>::value);
+  }
+  dst += E * lane;
+#pragma unroll
+  for (int e = 0; e < E; ++e) store_q<QT>(dst + e, o[e]);
+  if (lse && lane == 0) *lse = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+}
+
+// Output row of row f of KV head kvh of sequence seq (f = token x group +
+// head of the group), or -1 when the token is past the sequence's count
+// (not written). qfirst, qcount: query_tokens of seq.
+KVTILE_DEVICE std::int64_t output_row(const kernel_params& p, int kvh, int f, std::int64_t qfirst, int qcount) {
+  const int i = f / p.group;
+  return i < qcount ? (qfirst + i) * p.q_heads + kvh * p.group + f % p.group : -1;
+}
+
+// Whether unit u of sequence seq has a single chunk (planned: its span).
+KVTILE_DEVICE bool sole_chunk(const kernel_params& p, int seq, int u) {
+  return p.spans[static_cast<std::int64_t>(seq) * p.units + u].count == 1;
+}
+
+// Row q of a chunk merged over the warps w0, w0 + NB, ... that hold it
+// (write_partial's shared memory: wo [W x 8][D + 4], wm and wl [W x 8]):
+// the maximum of their m, then o (channel d) and l rescaled to it, in warp order.
+template <int W, int NB>
+KVTILE_DEVICE float row_max(const float* wm, int q) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int w = q / max_group; w < W; w += NB) mx = fmaxf(mx, wm[w * max_group + q % max_group]);
+  return mx;
+}
+template <int D, int W, int NB>
+KVTILE_DEVICE void row_sum(const float* wo, const float* wm, const float* wl, int q, float mx, int d, float& o,
+                           float& l) {
+  constexpr int os = D + 4;
+  o = 0.0f;
+  l = 0.0f;
+  if (mx == -INFINITY) return;
+  const int qr = q % max_group;
+#pragma unroll
+  for (int w = q / max_group; w < W; w += NB) {
+    const float wmv = wm[w * max_group + qr];
+    if (wmv == -INFINITY) continue;
+    const float f = exp2f(wmv - mx);
+    o = fmaf(wo[(w * max_group + qr) * os + d], f, o);
+    l = fmaf(wl[w * max_group + qr], f, l);
+  }
+}
+
+// The output rows of a unit whose only chunk the CTA has merged in shared
+// memory (write_partial), one warp per row: the rows' ends (finish_row).
+// Not inlined: in the 255-register kernels its code would move the tile
+// loop's register allocation (more spills, tests/data/attention_spills.txt).
+template <class QT, int D, int W, bool Rotated, int NB>
+KVTILE_DEVICE void write_rows(const float* wo, const float* wm, const float* wl, const kernel_params& p,
+                                        int seq, int u) {
+  constexpr int E = D / 32, rows = NB * max_group;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, qg = u % p.qgroups, kvh = u / p.qgroups;
+  const int nq = min(rows, p.rows_total - qg * rows);
+  std::int64_t qfirst;
+  int qcount;
+  query_tokens(p, seq, qfirst, qcount);
+  for (int q = warp; q < nq; q += W) {  // warp-uniform
+    const std::int64_t orow = output_row(p, kvh, qg * rows + q, qfirst, qcount);
+    if (orow < 0) continue;
+    const float mx = row_max<W, NB>(wm, q);
+    float o[E], l = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) row_sum<D, W, NB>(wo, wm, wl, q, mx, E * lane + e, o[e], l);
+    finish_row<QT, D, Rotated>(o, mx, l, static_cast<QT*>(p.out) + orow * D, p.lse ? p.lse + orow : nullptr);
+  }
+}
+
+// Merges the warps of a CTA (log-sum-exp over the warps' (m, l, O), in
+// shared memory) for query group qg of unit u (= kvh x qgroups + qg); the
+// accumulators are in out_order<D> (tile_layout.cuh). NB
+// n-blocks: warp w holds query rows 8 (w % NB) .. + 7. A unit with several
+// chunks: the chunk's partial (m, l, O), in the rotated frame (unnormalized,
+// relative to m), goes to its workspace slot for the merge. Fused (a policy
+// with fused_merge, planned: p.counters) and the unit's only chunk
+// (sole_chunk): the CTA writes the unit's output rows and lse itself, one
+// warp per row (finish_row, the same arithmetic as the merge of one split),
+// and returns true; its slot is never written or read. Not in the other
+// policies' kernels: measured slower there (docs/attention.md, step 7).
+template <class QT, int D, int W, bool Rotated, bool Fused, int NQ = 2, int NB = 1>
+KVTILE_DEVICE bool write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, const kernel_params& p, int seq, int u,
+                                 int qg, int slot) {
   constexpr int os = D + 4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
+  // Requested before the barrier: its latency overlaps the stores below.
+  const bool sole = Fused && p.counters && sole_chunk(p, seq, u);
 #pragma unroll
   for (int qq = 0; qq < NQ; ++qq)
 #pragma unroll
@@ -53,24 +155,17 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
     }
   }
   __syncthreads();
+  if (sole) {  // block-uniform
+    write_rows<QT, D, W, Rotated, NB>(wo, wm, wl, p, seq, u);
+    return true;
+  }
   constexpr int rows = NB * max_group;
   const int nq = min(rows, p.rows_total - qg * rows);
   for (int idx = threadIdx.x; idx < nq * D; idx += W * 32) {
-    const int q = idx / D, d = idx % D, w0 = q / max_group, qr = q % max_group;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = w0; w < W; w += NB) mx = fmaxf(mx, wm[w * max_group + qr]);
-    float o = 0.0f, l = 0.0f;
-    if (mx != -INFINITY) {
-#pragma unroll
-      for (int w = w0; w < W; w += NB) {
-        const float wmv = wm[w * max_group + qr];
-        if (wmv == -INFINITY) continue;
-        const float f = exp2f(wmv - mx);
-        o = fmaf(wo[(w * max_group + qr) * os + d], f, o);
-        l = fmaf(wl[w * max_group + qr], f, l);
-      }
-    }
+    const int q = idx / D, d = idx % D;
+    const float mx = row_max<W, NB>(wm, q);
+    float o, l;
+    row_sum<D, W, NB>(wo, wm, wl, q, mx, d, o, l);
     const std::int64_t r = static_cast<std::int64_t>(slot) * p.slot_rows + q;
     p.ws_o[r * D + d] = o;
     if (d == 0) {
@@ -78,6 +173,7 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
       p.ws_ml[2 * r + 1] = l;
     }
   }
+  return false;
 }
 
 // Merges the splits of each (sequence, query token, query head) row, normalizes, un-rotates
@@ -88,10 +184,6 @@ KVTILE_DEVICE void write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
 // inverse FWHT runs in registers (stages h < E) and across lanes with
 // shuffles (h >= E): no shared memory, no block barrier.
 inline constexpr int combine_rows = 4;
-
-// Full-warp reductions of the (m, l) pairs: CUB (the aggregate is valid in
-// lane 0, broadcast with one shuffle).
-using warp_reduce = cub::WarpReduce<float>;
 
 // One output row (sequence, query token, query head; row < num_seqs x q_span x
 // q_heads) merged from its unit's partial slots, by one whole warp.
@@ -178,19 +270,7 @@ KVTILE_DEVICE void combine_row(const kernel_params& p, QT* out, float* lse, std:
     }
     l = __shfl_sync(0xffffffffu, warp_reduce(reduce_tmp).Sum(l), 0);
   }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-  for (int e = 0; e < E; ++e) o[e] = l > 0.0f ? o[e] * inv : 0.0f;
-  if constexpr (Rotated) {
-    using kvtile::device::fwht_lane_op;
-    kvtile::device::lane_fwht_unnormalized<32, E, fwht_lane_op::signed_fma>(o);  // warp_fwht.cuh, blocked layout
-#pragma unroll
-    for (int e = 0; e < E; ++e) o[e] = __fmul_rn(o[e], kvtile::detail::hadamard_norm<D>::value);
-  }
-  QT* dst = out + out_row * D + E * lane;
-#pragma unroll
-  for (int e = 0; e < E; ++e) store_q<QT>(dst + e, o[e]);
-  if (lse && lane == 0) lse[out_row] = l > 0.0f ? (mx + log2f(l)) * ln2 : -INFINITY;
+  finish_row<QT, D, Rotated>(o, mx, l, out + out_row * D, lse ? lse + out_row : nullptr);
 }
 
 template <class QT, int D, bool Rotated>
