@@ -185,37 +185,51 @@ KVTILE_DEVICE bool write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
 // shuffles (h >= E): no shared memory, no block barrier.
 inline constexpr int combine_rows = 4;
 
-// One output row (sequence, query token, query head; row < num_seqs x q_span x
-// q_heads) merged from its unit's partial slots, by one whole warp.
-template <class QT, int D, bool Rotated>
-KVTILE_DEVICE void combine_row(const kernel_params& p, QT* out, float* lse, std::int64_t row,
-                               typename warp_reduce::TempStorage& reduce_tmp) {
-  constexpr int E = D / 32;
-  static_assert(E == 2 || E == 4 || E == 8, "head_dim 64, 128 or 256");
-  const int lane = threadIdx.x & 31;
-  // Row = (sequence, query token i < q_span, query head); tokens past the
-  // sequence's count are not written.
+// Where one output row (sequence, query token, query head; row < num_seqs x
+// q_span x q_heads) comes from and goes to: its unit's partial slots and its
+// row of out / lse. Reads only the step's inputs (qo_indptr, the plan's
+// spans), never the attention kernel's results, so the merge kernel reads it
+// before its grid dependency (PDL) is resolved.
+struct row_loc {
+  std::int64_t out_row = -1;  // -1: a token past the sequence's count (not written)
+  std::int64_t r0 = 0;        // partial row of the first slot
+  int S = 0;                  // the unit's slots (chunks)
+};
+KVTILE_DEVICE row_loc locate_row(const kernel_params& p, std::int64_t row) {
+  row_loc L;
   const std::int64_t seq = row / (static_cast<std::int64_t>(p.q_span) * p.q_heads);
   const int rem = static_cast<int>(row % (static_cast<std::int64_t>(p.q_span) * p.q_heads));
   const int i = rem / p.q_heads, qh = rem % p.q_heads, gi = i * p.group + qh % p.group;  // gi: row f of the KV head
   std::int64_t qfirst;
   int qcount;
   query_tokens(p, static_cast<int>(seq), qfirst, qcount);
-  if (i >= qcount) return;  // warp-uniform
-  const std::int64_t out_row = (qfirst + i) * p.q_heads + qh;
+  if (i >= qcount) return L;
+  L.out_row = (qfirst + i) * p.q_heads + qh;
   // The row's partials: slots first .. first + S - 1 of its unit, row gi % unit_rows of each.
   const std::int64_t unit = seq * p.units + (qh / p.group) * p.qgroups + gi / p.unit_rows;
   std::int64_t first;
-  int S;
   if (p.spans) {
     const unit_span sp = p.spans[unit];
     first = sp.first;
-    S = sp.count;
+    L.S = sp.count;
   } else {
     first = unit * p.num_splits;
-    S = p.num_splits;
+    L.S = p.num_splits;
   }
-  const std::int64_t r0 = first * p.slot_rows + gi % p.unit_rows;  // partial row of slot first
+  L.r0 = first * p.slot_rows + gi % p.unit_rows;
+  return L;
+}
+
+// One output row merged from its unit's partial slots (L: locate_row, a row
+// to be written), by one whole warp.
+template <class QT, int D, bool Rotated>
+KVTILE_DEVICE void merge_row(const kernel_params& p, QT* out, float* lse, const row_loc& L,
+                             typename warp_reduce::TempStorage& reduce_tmp) {
+  constexpr int E = D / 32;
+  static_assert(E == 2 || E == 4 || E == 8, "head_dim 64, 128 or 256");
+  const int lane = threadIdx.x & 31;
+  const int S = L.S;
+  const std::int64_t r0 = L.r0, out_row = L.out_row;
   const int ml_stride = 2 * p.slot_rows, o_stride = p.slot_rows * D;
   const float* ml = p.ws_ml + 2 * r0;
   // Global max of m over the splits, then l = sum f_s l_s, f_s = 2^(m_s - max).
@@ -273,15 +287,25 @@ KVTILE_DEVICE void combine_row(const kernel_params& p, QT* out, float* lse, std:
   finish_row<QT, D, Rotated>(o, mx, l, out + out_row * D, lse ? lse + out_row : nullptr);
 }
 
+// One output row, located and merged (the fused merge's path: no grid dependency).
+template <class QT, int D, bool Rotated>
+KVTILE_DEVICE void combine_row(const kernel_params& p, QT* out, float* lse, std::int64_t row,
+                               typename warp_reduce::TempStorage& reduce_tmp) {
+  const row_loc L = locate_row(p, row);
+  if (L.out_row >= 0) merge_row<QT, D, Rotated>(p, out, lse, L, reduce_tmp);  // warp-uniform
+}
+
 template <class QT, int D, bool Rotated>
 __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_params p, QT* out, float* lse,
                                                                     std::int64_t rows) {
-  // Launched with programmatic stream serialization: wait for the attention grid.
-  NV_IF_TARGET(NV_PROVIDES_SM_90, (cudaGridDependencySynchronize();));
   __shared__ typename warp_reduce::TempStorage reduce_tmp[combine_rows];
   const int warp = threadIdx.x >> 5;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * combine_rows + warp;
-  if (row < rows) combine_row<QT, D, Rotated>(p, out, lse, row, reduce_tmp[warp]);  // warp-uniform
+  // The row's span and query count are inputs: read while the attention grid runs.
+  const row_loc L = row < rows ? locate_row(p, row) : row_loc{};
+  // Launched with programmatic stream serialization: wait for the attention grid.
+  NV_IF_TARGET(NV_PROVIDES_SM_90, (cudaGridDependencySynchronize();));
+  if (L.out_row >= 0) merge_row<QT, D, Rotated>(p, out, lse, L, reduce_tmp[warp]);  // warp-uniform
 }
 
 // The fused merge (p.counters): after a chunk's partial is written, the CTA
