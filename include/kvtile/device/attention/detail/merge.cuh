@@ -93,11 +93,12 @@ KVTILE_DEVICE void row_sum(const float* wo, const float* wm, const float* wl, in
 
 // The output rows of a unit whose only chunk the CTA has merged in shared
 // memory (write_partial), one warp per row: the rows' ends (finish_row).
-// Not inlined: in the 255-register kernels its code would move the tile
-// loop's register allocation (more spills, tests/data/attention_spills.txt).
+// Compiled into the fused_merge kernels only: in the default 255-register
+// kernels this code moved the tile loop's register allocation (more spills,
+// 2-6% slower; docs/attention.md step 7).
 template <class QT, int D, int W, bool Rotated, int NB>
-KVTILE_DEVICE void write_rows(const float* wo, const float* wm, const float* wl, const kernel_params& p,
-                                        int seq, int u) {
+KVTILE_DEVICE void write_rows(const float* wo, const float* wm, const float* wl, const kernel_params& p, int seq,
+                              int u) {
   constexpr int E = D / 32, rows = NB * max_group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, qg = u % p.qgroups, kvh = u / p.qgroups;
   const int nq = min(rows, p.rows_total - qg * rows);
