@@ -65,7 +65,7 @@ KVTILE_DEVICE bool sole_chunk(const kernel_params& p, int seq, int u) {
 
 // Row q of a chunk merged over the warps w0, w0 + NB, ... that hold it
 // (write_partial's shared memory: wo [W x 8][D + 4], wm and wl [W x 8]):
-// the maximum of their m, then o (channel d) and l rescaled to it, in warp order.
+// the maximum of their m (row_max), then o and l rescaled to it, in warp order (row_sum).
 template <int W, int NB>
 KVTILE_DEVICE float row_max(const float* wm, int q) {
   float mx = -INFINITY;
@@ -73,11 +73,14 @@ KVTILE_DEVICE float row_max(const float* wm, int q) {
   for (int w = q / max_group; w < W; w += NB) mx = fmaxf(mx, wm[w * max_group + q % max_group]);
   return mx;
 }
-template <int D, int W, int NB>
-KVTILE_DEVICE void row_sum(const float* wo, const float* wm, const float* wl, int q, float mx, int d, float& o,
+// Channels d0 .. d0 + E - 1 of row q: each warp's factor exp2(m - mx) once
+// for all E channels.
+template <int D, int W, int NB, int E = 1>
+KVTILE_DEVICE void row_sum(const float* wo, const float* wm, const float* wl, int q, float mx, int d0, float (&o)[E],
                            float& l) {
   constexpr int os = D + 4;
-  o = 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) o[e] = 0.0f;
   l = 0.0f;
   if (mx == -INFINITY) return;
   const int qr = q % max_group;
@@ -86,7 +89,8 @@ KVTILE_DEVICE void row_sum(const float* wo, const float* wm, const float* wl, in
     const float wmv = wm[w * max_group + qr];
     if (wmv == -INFINITY) continue;
     const float f = exp2f(wmv - mx);
-    o = fmaf(wo[(w * max_group + qr) * os + d], f, o);
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] = fmaf(wo[(w * max_group + qr) * os + d0 + e], f, o[e]);
     l = fmaf(wl[w * max_group + qr], f, l);
   }
 }
@@ -109,9 +113,8 @@ KVTILE_DEVICE void write_rows(const float* wo, const float* wm, const float* wl,
     const std::int64_t orow = output_row(p, kvh, qg * rows + q, qfirst, qcount);
     if (orow < 0) continue;
     const float mx = row_max<W, NB>(wm, q);
-    float o[E], l = 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) row_sum<D, W, NB>(wo, wm, wl, q, mx, E * lane + e, o[e], l);
+    float o[E], l;
+    row_sum<D, W, NB, E>(wo, wm, wl, q, mx, E * lane, o, l);
     finish_row<QT, D, Rotated>(o, mx, l, static_cast<QT*>(p.out) + orow * D, p.lse ? p.lse + orow : nullptr);
   }
 }
@@ -165,10 +168,10 @@ KVTILE_DEVICE bool write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
   for (int idx = threadIdx.x; idx < nq * D; idx += W * 32) {
     const int q = idx / D, d = idx % D;
     const float mx = row_max<W, NB>(wm, q);
-    float o, l;
+    float o[1], l;
     row_sum<D, W, NB>(wo, wm, wl, q, mx, d, o, l);
     const std::int64_t r = static_cast<std::int64_t>(slot) * p.slot_rows + q;
-    p.ws_o[r * D + d] = o;
+    p.ws_o[r * D + d] = o[0];
     if (d == 0) {
       p.ws_ml[2 * r] = mx;
       p.ws_ml[2 * r + 1] = l;
