@@ -165,13 +165,16 @@ KVTILE_DEVICE bool write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, c
   }
   constexpr int rows = NB * max_group;
   const int nq = min(rows, p.rows_total - qg * rows);
-  for (int idx = threadIdx.x; idx < nq * D; idx += W * 32) {
-    const int q = idx / D, d = idx % D;
+  // Each thread a run of E channels: row_max and each warp's factor once per run.
+  constexpr int E = 4, runs = D / E;
+  static_assert(D % E == 0, "write_partial: D is a multiple of 4");
+  for (int idx = threadIdx.x; idx < nq * runs; idx += W * 32) {
+    const int q = idx / runs, d = (idx % runs) * E;
     const float mx = row_max<W, NB>(wm, q);
-    float o[1], l;
-    row_sum<D, W, NB>(wo, wm, wl, q, mx, d, o, l);
+    float o[E], l;
+    row_sum<D, W, NB, E>(wo, wm, wl, q, mx, d, o, l);
     const std::int64_t r = static_cast<std::int64_t>(slot) * p.slot_rows + q;
-    p.ws_o[r * D + d] = o[0];
+    *reinterpret_cast<float4*>(p.ws_o + r * D + d) = make_float4(o[0], o[1], o[2], o[3]);
     if (d == 0) {
       p.ws_ml[2 * r] = mx;
       p.ws_ml[2 * r + 1] = l;
