@@ -265,6 +265,12 @@ struct wide2 : P {
 };
 using rows8_policy = attention::decode_policy_with<rows8>;
 using wide2_policy = attention::decode_policy_with<wide2>;
+// 16-row units whose ring warps split each tile's n-blocks (the Hopper policy splits the tokens).
+template <class P>
+struct nblock_split : P {
+  static constexpr bool wide_token_split = false;
+};
+using nblock_split_policy = attention::decode_policy_with<nblock_split>;
 // A planned step merged by the CTA that finishes a unit's last chunk instead of a second kernel.
 template <class P>
 struct merge_in_kernel : P {
@@ -537,6 +543,7 @@ int main(int argc, char** argv) {
       if (s.Hq == 16 * s.Hkv) {
         quant_run<k4v2_g128<128>, half_t, rows8_policy>("k4v2_g128_rows8", s, f, false);
         quant_run<k4v2_g128<128>, half_t, wide2_policy>("k4v2_g128_wide2", s, f, false);
+        quant_run<k4v2_g128<128>, half_t, nblock_split_policy>("k4v2_g128_nsplit", s, f, false);
       }
       if (quick) continue;
       if (s.B == 16 && s.L == 65536) {
@@ -553,6 +560,8 @@ int main(int argc, char** argv) {
         quant_run<k4v2_g128<128>>("k4v2_g128_mq2", s, f, false, false, 2);
         quant_run<k4v2_g128<128>>("k4v2_g128_mq4", s, f, false, false, 4);
         quant_run<k4v2_g128<128>>("k4v2_g128_mq8", s, f, false, false, 8);
+        quant_run<k4v2_g128<128>, half_t, nblock_split_policy>("k4v2_g128_mq4_nsplit", s, f, false, false, 4);
+        quant_run<k4v2_g128<128>, half_t, nblock_split_policy>("k4v2_g128_mq8_nsplit", s, f, false, false, 8);
       }
       if ((s.B == 16 && s.L == 65536) || !s.name.empty()) {
         quant_run<k4v2_g128<128>>("k4v2_g128_mqr", s, f, false, false, 8, true);

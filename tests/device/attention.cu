@@ -122,6 +122,23 @@ void run_plan_tests(bool small) {
     unit_rows_case<C>(16, {3000, 1, 130 * 128 + 5}, mods{}, 47);
     unit_rows_case<C>(10, {900, 2 * 128}, mods{200, 4.0f}, 48);
   }
+  std::printf("16-row units, each warp of a ring one n-block (nblock_split: the 163 / 99 KB policies' kind):\n");
+  plan_case<C, nblock_split_policy>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16, n-block split");
+  mq_case<C, half_t, nblock_split_policy>({1000, 3 * 128 + 2, 5, 129 * 128, 77}, {1, 8, 4, 3, 0}, 8, 2, 4, true, mods{},
+                                          51, "k4v2_g128 ragged multi-query, n-block split");
+  if (!small) {
+    plan_case<C, nblock_split_policy>({77, 3 * 128, 1, 9 * 128 + 100}, 2, 12, false, mods{}, 42,
+                                      "k4v2_g128 group 12, n-block split");
+    plan_case<C, nblock_split_policy>({700, 129, 20 * 128 + 3}, 1, 32, true, mods{}, 43, "k4v2_g128 group 32, n-block split");
+    plan_case<C, nblock_split_policy>({150 * 128 + 7, 140 * 128, 0}, 1, 16, true, mods{}, 44,
+                                      "k4v2_g128 group 16, long, 3 CTAs, n-block split", true, 3, 0);
+    plan_case<C, nblock_split_policy>({2000, 1, 256, 700}, 1, 16, true, mods{300, 2.0f}, 45,
+                                      "k4v2_g128 group 16 window 300 + soft-cap 2, n-block split");
+    plan_case<k2v2_g128<64, kvtile::fp16_scales>, nblock_split_policy>({0, 77, 5 * 128 + 1, 900}, 1, 16, true, mods{}, 46,
+                                                                       "k2v2_g128 fp16_scales D=64 group 16, n-block split");
+    mq_case<k4v4_g128<128>, bfloat16_t, nblock_split_policy>({600, 2 * 128 + 1, 129}, {2, 2, 1}, 2, 1, 16, false,
+                                                             mods{200, 3.0f}, 54, "k4v4_g128 GQA 16 bf16 window, n-block split");
+  }
   std::printf("fused merge, units with one chunk (no merge work):\n");
   sole_chunk_case<C>("k4v2_g128 fused merge, sole chunks");
   std::printf("multi-query:\n");

@@ -352,6 +352,14 @@ struct merge_in_kernel : P {
   static constexpr bool fused_merge = true;
 };
 using fused_merge_policy = attention::decode_policy_with<merge_in_kernel>;
+// 16-row units whose ring warps split each tile's n-blocks (each warp one
+// n-block), as the 163 / 99 KB policies run them; the Hopper policy splits
+// the tokens (wide_token_split).
+template <class P>
+struct nblock_split : P {
+  static constexpr bool wide_token_split = false;
+};
+using nblock_split_policy = attention::decode_policy_with<nblock_split>;
 
 // The fused merge does no merge work for a unit with one chunk: the
 // workspace's partial slots are filled with NaN before the plan, so a merge

@@ -79,7 +79,8 @@ namespace attention {
 // sm_90+; otherwise 16-byte cp.async by the issuing warp), the ring kernel's
 // stages per warp and rings (max_rings), the stage-pool kernel for long chunks
 // (pool_warps share pool_stages stages; 0 stages: none), units of 16 query
-// rows (max_unit_rows 16: two-n-block rings of wide_stages stages), the
+// rows (max_unit_rows 16: two-n-block rings of wide_stages stages, whose two
+// warps split each tile's n-blocks or, wide_token_split, its tokens), the
 // fp16 baseline's stages per warp (fp16_stages), and where a planned step
 // merges a unit's chunks (fused_merge: in the attention kernel, by the CTA that
 // finishes the unit's last chunk, so a step is one kernel; off, the default: a
@@ -88,7 +89,8 @@ namespace attention {
 // decode_policy_sm90 is the measured one (H200, k4v2_g128 D = 128,
 // docs/attention.md: 2 stages x 8 rings = 255 registers; a 16-stage pool
 // shared by 12 warps for chunks of >= 128 tiles; 16-row units on rings of two
-// warps with 3 stages). The others size the same kernels for their budgets.
+// warps with 3 stages, the warps splitting each tile's tokens). The others
+// size the same kernels for their budgets.
 struct decode_policy_sm90 {
   static constexpr int min_arch = 900;   // H100, H200, GH200, B200, GB200 (sm_90 .. sm_11x images)
   static constexpr int max_arch = 1200;
@@ -100,6 +102,9 @@ struct decode_policy_sm90 {
   static constexpr int pool_warps = 12;
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
+  // On: 7% faster at GQA 16 (8, 128, 8, 128, 32K), 4-9% with 4 or 8 new tokens per sequence, 3% slower
+  // at (2, 16, 1, 128, 64K) (H100 2026-12-06, docs/attention.md, "16-row units").
+  static constexpr bool wide_token_split = true;
   static constexpr int fp16_stages = 2;
   // Off: the fused merge (on) measured within +-2% of the merge kernel on most shapes, 8% faster at
   // (2, 8, 1, 128, 32K) but 8% slower at (2, 16, 1, 128, 64K) and 3.5% at ragged32 (the last CTA
@@ -118,6 +123,8 @@ struct decode_policy_sm80 : decode_policy_sm90 {
   // at 16 x 64K, 323 us against about 384 us (2026-12-05-h200-attention-archs{,-r2}.md).
   static constexpr int pool_warps = 10;
   static constexpr int wide_stages = 3;
+  // Not measured on the 163 / 99 KB budgets (twice the merge scratch of the 16-row kernel).
+  static constexpr bool wide_token_split = false;
 };
 // RTX 3090 / A6000 / A10 (8.6), RTX 4090 / L40S / L4 (8.9), and sm_80 images
 // on them: 99 KB per block, 16-byte cp.async.
@@ -227,8 +234,20 @@ struct quant_kernel_traits {
                         budget, 2 * detail::max_group>();
   static constexpr bool wide = P::max_unit_rows >= 2 * detail::max_group && wide_rings >= 2;
   static constexpr int wide_warps = 2 * wide_rings;
+  // wide_token_split (the measured tile, G = 128 tokens, at D <= 128, with
+  // the epilogue's four warp states per ring fitting the stage area): the
+  // ring's two warps split each tile's tokens, each holding both n-blocks,
+  // instead of one n-block each.
+  static constexpr int wide_wb =
+      P::wide_token_split && G == 128 && D <= 128 &&
+              detail::merge_scratch_bytes<D, 2 * wide_warps>() <=
+                  detail::smem_plan<D, wide_warps, wide_stages, stage::bytes, wide_rings, true,
+                                    2 * detail::max_group>::stage_area
+          ? 2
+          : 1;
   static constexpr std::size_t wide_smem_bytes =
-      wide ? detail::smem_plan<D, wide_warps, wide_stages, stage::bytes, wide_rings, true, 2 * detail::max_group>::bytes
+      wide ? detail::smem_plan<D, wide_warps * wide_wb, wide_stages, stage::bytes, wide_rings, true,
+                               2 * detail::max_group>::bytes
            : 0;
   static constexpr std::size_t max_smem_bytes = std::max({smem_bytes, pool_smem_bytes, wide_smem_bytes});
   // Whether the ring kernel (one ring at the least) fits the budget; a policy
@@ -378,8 +397,8 @@ device::launch_result launch_quant(const paged_cache_view& cache, const decode_a
   const bool packed = p.rows_total <= max_group / 2;
   if constexpr (tr::wide) {
     if (p.unit_rows > max_group)
-      return launch<quant_decode_kernel<P, cfg, pk, QT, tr::wide_rings, tr::wide_stages, false, 0, 2>, QT, tr::D, true>(
-          tr::wide_smem_bytes, tr::wide_warps * 32, grid, cache, p, a, stream);
+      return launch<quant_decode_kernel<P, cfg, pk, QT, tr::wide_rings, tr::wide_stages, false, 0, 2, tr::wide_wb>, QT,
+                    tr::D, true>(tr::wide_smem_bytes, tr::wide_warps * 32, grid, cache, p, a, stream);
   }
   if constexpr (tr::pool > 0) {
     if (pool && packed)

@@ -37,19 +37,25 @@ KVTILE_DEVICE constexpr bool has_body() {
 }
 
 // The quantized kernel's body. P: the decode policy (its load path); NB
-// n-blocks (query rows 8 NB per unit): each ring has NB warps, warp nb of the
-// ring runs every tile of the ring for query rows 8 nb .. 8 nb + 7, so a
-// record is fetched once for all of them (the ring's warps meet on a named
-// barrier before warp 0 refills a stage: warp_loop's H = NB path).
-template <class P, class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool, int NB>
+// n-blocks (query rows 8 NB per unit): each ring has NB warps that run every
+// tile of the ring, so a record is fetched once for all of them (the ring's
+// warps meet on a named barrier before warp 0 refills a stage: warp_loop's
+// H = NB path). WB = 1: warp k of the ring holds n-block k (query rows 8 k ..
+// 8 k + 7) over the whole tile; WB = NB: warp k holds every n-block over
+// half k of the tile's tokens, each code register converted once for all
+// of them (quant_tile), the halves merged with the other warp states.
+template <class P, class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool, int NB, int WB>
 KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel_params& p) {
   constexpr bool Bulk = bulk_path<P>();
   constexpr int D = Config::head_dim, G = Config::tile_tokens, H = warps_per_record<Config>(), W = R * H * NB;
   static_assert(Pool == 0 || (H == 1 && Stages == 1 && Pool > W), "a stage pool: one warp per record, > W stages");
   static_assert(NB == 1 || (H == 1 && Pool == 0 && !PK), "n-blocks: one warp per record and n-block, rings");
+  static_assert(WB == 1 || (WB == NB && NB == 2), "a warp holds one n-block, or both over half the tokens");
+  constexpr int HT = WB > 1 ? NB : H;  // the warps that share a record's tokens
   using SL = stage_layout<Config, Packer, H>;  // the record in a stage
   // Pool: R x Stages = Pool stages; the 2 Pool barrier slots are Pool full barriers and the tickets.
-  using plan = smem_plan<D, W, Stages, SL::bytes, (Pool > 0 ? Pool : R), true, NB * max_group>;
+  // The epilogue's scratch holds W x WB warp states.
+  using plan = smem_plan<D, W * WB, Stages, SL::bytes, (Pool > 0 ? Pool : R), true, NB * max_group>;
   extern __shared__ __align__(128) std::uint8_t smem[];
   float* qn = reinterpret_cast<float*>(smem + plan::qn);
   float* nf = reinterpret_cast<float*>(smem + plan::nf);
@@ -95,41 +101,51 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
     load_queries<QT, D, W, true, true, NB * max_group>(p, seq, kvh, qg, qn, nf, qf);
     __syncthreads();
 
-    const int sub = (threadIdx.x >> 5) % H;
-    const int nb = (threadIdx.x >> 5) % NB;  // this warp's n-block (H = 1 when NB > 1)
+    const int sub = (threadIdx.x >> 5) % HT;                 // this warp's part of the tokens
+    const int nb = WB > 1 ? 0 : (threadIdx.x >> 5) % NB;       // its first n-block (H = 1 when NB > 1)
     const int t = (threadIdx.x & 31) & 3;
     const float* qnb = qn + nb * max_group * (D + 16);
-    const uint4* qfb = qf + qf_block<D>(nb);
-    const float nfq[2] = {nf[nb * max_group + (PK ? t : 2 * t)], nf[nb * max_group + (PK ? t : 2 * t + 1)]};
-    // Visible tokens of this thread's query columns (packed: query t in both).
-    row_bounds rb[2];
+    float nfq[WB][2];
+    row_bounds rb[WB][2];  // visible tokens of this thread's query columns (packed: query t in both)
+    warp_state<D, PK ? 1 : 2> st[WB];
     {
       std::int64_t qfirst;
       int qcount;
       query_tokens(p, seq, qfirst, qcount);
 #pragma unroll
-      for (int q = 0; q < 2; ++q)
-        rb[q] = bounds_of_row(p, qg * NB * max_group + nb * max_group + (PK ? t : 2 * t + q), ts.len, qcount);
+      for (int b = 0; b < WB; ++b) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int row = (nb + b) * max_group + (PK ? t : 2 * t + q);
+          nfq[b][q] = nf[row];
+          rb[b][q] = bounds_of_row(p, qg * NB * max_group + row, ts.len, qcount);
+        }
+        st[b].reset();
+      }
     }
-    warp_state<D, PK ? 1 : 2> st;
-    st.reset();
 
     auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
-      const tile_mod md = make_tile_mod(rb, j * G, G, p.cap);  // on only at window / causal boundaries or a cap
+      tile_mod md[WB];  // on only at window / causal boundaries or a cap
+#pragma unroll
+      for (int b = 0; b < WB; ++b) md[b] = make_tile_mod(rb[b], j * G, G, p.cap);
       if (is_quant(j)) {
         mbar_wait(bar, par);
-        if (page_ok(j)) quant_tile<Config, Packer, H, PK>(buf, qnb, qfb, nfq, st, sub, md);
+        if (page_ok(j)) quant_tile<Config, Packer, HT, PK, WB>(buf, qnb, nfq, st, sub, md);
         return true;
       }
       const std::int64_t off = cache.tile_offset(seq, kvh);
-      if (j < n_full) {  // the sink
-        fp16_tile<D, G, H, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
-                                    reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, md, qfb, nfq,
-                                    st, sub);
-      } else {
-        fp16_tile<D, G, H, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
-                                    reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, md, qfb, nfq,
-                                    st, sub);
+#pragma unroll
+      for (int b = 0; b < WB; ++b) {
+        const uint4* qfb = qf + qf_block<D>(nb + b);
+        if (j < n_full) {  // the sink
+          fp16_tile<D, G, HT, PK>(reinterpret_cast<const std::uint16_t*>(cache.sink_k + off),
+                                  reinterpret_cast<const std::uint16_t*>(cache.sink_v + off), G, md[b], qfb, nfq[b],
+                                  st[b], sub);
+        } else {
+          fp16_tile<D, G, HT, PK>(reinterpret_cast<const std::uint16_t*>(cache.tail_k + off),
+                                  reinterpret_cast<const std::uint16_t*>(cache.tail_v + off), tail, md[b], qfb, nfq[b],
+                                  st[b], sub);
+        }
       }
       return false;
     };
@@ -142,7 +158,7 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
     // The fused merge's code (a unit's sole chunk written as outputs, the
     // last chunk's merge) is compiled in only for such policies: its registers, its spills.
     [[maybe_unused]] const bool sole =
-        write_partial<QT, D, W, true, P::fused_merge, PK ? 1 : 2, NB>(st, stages, p, seq, c.u, qg, c.slot);
+        write_partial<QT, D, W, true, P::fused_merge, PK ? 1 : 2, NB, WB>(st, stages, p, seq, c.u, qg, c.slot);
     if constexpr (P::fused_merge) {
       if (p.counters && !sole) finish_chunk<QT, D, true, W>(p, seq, c.u, stages);  // planned: the fused merge
     }
@@ -151,11 +167,12 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
   }
 }
 
-template <class P, class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1>
+template <class P, class Config, class Packer, class QT, int R, int Stages, bool PK, int Pool = 0, int NB = 1,
+          int WB = 1>
 __global__ void __launch_bounds__(R * warps_per_record<Config>() * NB * 32, 1)
     quant_decode_kernel(const __grid_constant__ paged_cache_view cache, const __grid_constant__ kernel_params p) {
   if constexpr (has_body<P>()) {
-    quant_decode_body<P, Config, Packer, QT, R, Stages, PK, Pool, NB>(cache, p);
+    quant_decode_body<P, Config, Packer, QT, R, Stages, PK, Pool, NB, WB>(cache, p);
   } else {
     __trap();
   }
@@ -201,8 +218,8 @@ KVTILE_DEVICE void fp16_decode_body(const fp16_paged_cache_view& cache, const ke
 #pragma unroll
       for (int q = 0; q < 2; ++q) rb[q] = bounds_of_row(p, qg * max_group + 2 * t + q, len, qcount);
     }
-    warp_state<D> st;
-    st.reset();
+    warp_state<D> st[1];
+    st[0].reset();
 
     const int lane = threadIdx.x & 31;
     auto stage_src = [&](int j, std::uint8_t* dst, std::uint64_t* bar) {  // issues_copies<Bulk> lanes (pipeline.cuh)
@@ -229,7 +246,7 @@ KVTILE_DEVICE void fp16_decode_body(const fp16_paged_cache_view& cache, const ke
         const int nv = min(PT, len - j * PT);
         fp16_tile<D, PT>(reinterpret_cast<const std::uint16_t*>(buf),
                          reinterpret_cast<const std::uint16_t*>(buf + half_bytes), nv, make_tile_mod(rb, j * PT, PT, p.cap),
-                         qf, nfq, st);
+                         qf, nfq, st[0]);
       }
       return true;
     };

@@ -100,7 +100,7 @@ KVTILE_DEVICE void row_sum(const float* wo, const float* wm, const float* wl, in
 // Compiled into the fused_merge kernels only: in the default 255-register
 // kernels this code moved the tile loop's register allocation (more spills,
 // 2-6% slower; docs/attention.md step 7).
-template <class QT, int D, int W, bool Rotated, int NB>
+template <class QT, int D, int W, bool Rotated, int NB, int VW = W>
 KVTILE_DEVICE void write_rows(const float* wo, const float* wm, const float* wl, const kernel_params& p, int seq,
                               int u) {
   constexpr int E = D / 32, rows = NB * max_group;
@@ -112,9 +112,9 @@ KVTILE_DEVICE void write_rows(const float* wo, const float* wm, const float* wl,
   for (int q = warp; q < nq; q += W) {  // warp-uniform
     const std::int64_t orow = output_row(p, kvh, qg * rows + q, qfirst, qcount);
     if (orow < 0) continue;
-    const float mx = row_max<W, NB>(wm, q);
+    const float mx = row_max<VW, NB>(wm, q);
     float o[E], l;
-    row_sum<D, W, NB, E>(wo, wm, wl, q, mx, E * lane, o, l);
+    row_sum<D, VW, NB, E>(wo, wm, wl, q, mx, E * lane, o, l);
     finish_row<QT, D, Rotated>(o, mx, l, static_cast<QT*>(p.out) + orow * D, p.lse ? p.lse + orow : nullptr);
   }
 }
@@ -122,7 +122,8 @@ KVTILE_DEVICE void write_rows(const float* wo, const float* wm, const float* wl,
 // Merges the warps of a CTA (log-sum-exp over the warps' (m, l, O), in
 // shared memory) for query group qg of unit u (= kvh x qgroups + qg); the
 // accumulators are in out_order<D> (tile_layout.cuh). NB
-// n-blocks: warp w holds query rows 8 (w % NB) .. + 7. A unit with several
+// n-blocks, WB warp states per warp (st[b]): state v = WB w + b of the
+// W x WB holds query rows 8 (v % NB) .. + 7. A unit with several
 // chunks: the chunk's partial (m, l, O), in the rotated frame (unnormalized,
 // relative to m), goes to its workspace slot for the merge. Fused (a policy
 // with fused_merge, planned: p.counters) and the unit's only chunk
@@ -130,49 +131,55 @@ KVTILE_DEVICE void write_rows(const float* wo, const float* wm, const float* wl,
 // warp per row (finish_row, the same arithmetic as the merge of one split),
 // and returns true; its slot is never written or read. Not in the other
 // policies' kernels: measured slower there (docs/attention.md, step 7).
-template <class QT, int D, int W, bool Rotated, bool Fused, int NQ = 2, int NB = 1>
-KVTILE_DEVICE bool write_partial(warp_state<D, NQ>& st, std::uint8_t* scratch, const kernel_params& p, int seq, int u,
-                                 int qg, int slot) {
-  constexpr int os = D + 4;
+template <class QT, int D, int W, bool Rotated, bool Fused, int NQ = 2, int NB = 1, int WB = 1>
+KVTILE_DEVICE bool write_partial(warp_state<D, NQ> (&st)[WB], std::uint8_t* scratch, const kernel_params& p, int seq,
+                                 int u, int qg, int slot) {
+  constexpr int os = D + 4, VW = W * WB;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, t = lane & 3;
   // Requested before the barrier: its latency overlaps the stores below.
   const bool sole = Fused && p.counters && sole_chunk(p, seq, u);
 #pragma unroll
-  for (int qq = 0; qq < NQ; ++qq)
+  for (int b = 0; b < WB; ++b)
 #pragma unroll
-    for (int o = 4; o < 32; o <<= 1) st.l[qq] += __shfl_xor_sync(0xffffffffu, st.l[qq], o);
+    for (int qq = 0; qq < NQ; ++qq)
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) st[b].l[qq] += __shfl_xor_sync(0xffffffffu, st[b].l[qq], o);
   float* wo = reinterpret_cast<float*>(scratch);
-  float* wm = wo + W * max_group * os;
-  float* wl = wm + W * max_group;
+  float* wm = wo + VW * max_group * os;
+  float* wl = wm + VW * max_group;
   __syncthreads();  // every warp is done with its stages
   // thread (r, t) holds queries NQ t + q, q < NQ (o[m][NQ h + q]: M-row r + 8 h)
 #pragma unroll
-  for (int m = 0; m < D / 16; ++m)
+  for (int b = 0; b < WB; ++b) {
+    const int v = warp * WB + b;
 #pragma unroll
-    for (int c = 0; c < 2 * NQ; ++c)
-      wo[(warp * max_group + NQ * t + c % NQ) * os + out_order<D>::chan(r, m, c / NQ)] = st.o[m][c];
-  if (r == 0) {
+    for (int m = 0; m < D / 16; ++m)
 #pragma unroll
-    for (int q = 0; q < NQ; ++q) {
-      wm[warp * max_group + NQ * t + q] = st.m[q];
-      wl[warp * max_group + NQ * t + q] = st.l[q];
+      for (int c = 0; c < 2 * NQ; ++c)
+        wo[(v * max_group + NQ * t + c % NQ) * os + out_order<D>::chan(r, m, c / NQ)] = st[b].o[m][c];
+    if (r == 0) {
+#pragma unroll
+      for (int q = 0; q < NQ; ++q) {
+        wm[v * max_group + NQ * t + q] = st[b].m[q];
+        wl[v * max_group + NQ * t + q] = st[b].l[q];
+      }
     }
   }
   __syncthreads();
   if (sole) {  // block-uniform
-    write_rows<QT, D, W, Rotated, NB>(wo, wm, wl, p, seq, u);
+    write_rows<QT, D, W, Rotated, NB, VW>(wo, wm, wl, p, seq, u);
     return true;
   }
   constexpr int rows = NB * max_group;
   const int nq = min(rows, p.rows_total - qg * rows);
-  // Each thread a run of E channels: row_max and each warp's factor once per run.
+  // Each thread a run of E channels: row_max and each warp state's factor once per run.
   constexpr int E = 4, runs = D / E;
   static_assert(D % E == 0, "write_partial: D is a multiple of 4");
   for (int idx = threadIdx.x; idx < nq * runs; idx += W * 32) {
     const int q = idx / runs, d = (idx % runs) * E;
-    const float mx = row_max<W, NB>(wm, q);
+    const float mx = row_max<VW, NB>(wm, q);
     float o[E], l;
-    row_sum<D, W, NB, E>(wo, wm, wl, q, mx, d, o, l);
+    row_sum<D, VW, NB, E>(wo, wm, wl, q, mx, d, o, l);
     const std::int64_t r = static_cast<std::int64_t>(slot) * p.slot_rows + q;
     *reinterpret_cast<float4*>(p.ws_o + r * D + d) = make_float4(o[0], o[1], o[2], o[3]);
     if (d == 0) {

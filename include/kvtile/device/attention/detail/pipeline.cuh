@@ -23,6 +23,12 @@ namespace attention::detail {
 // KeepQn: the fp32 query rows stay live next to the fragments (the quantized
 // kernel's per-tile q a path); otherwise the fragments overwrite them once made.
 // Rows: query rows of the CTA (8 per n-block).
+// The epilogue's reuse of the stage area: per warp state O [8][D + 4], m [8], l [8].
+template <int D, int WarpStates>
+constexpr std::size_t merge_scratch_bytes() {
+  return sizeof(float) * WarpStates * max_group * (D + 4 + 2);
+}
+
 template <int D, int W, int Stages, std::size_t StageBytes, int R = W, bool KeepQn = false, int Rows = max_group>
 struct smem_plan {
   static constexpr int q_stride = D + 16;  // floats; keeps the 16-byte query reads conflict-free
@@ -34,11 +40,10 @@ struct smem_plan {
                                              : nf + sizeof(float) * Rows;
   static constexpr std::size_t stages = (bars + 2 * 8 * R * Stages + 127) / 128 * 128;
   static constexpr std::size_t stage_bytes = (StageBytes + 127) / 128 * 128;
-  static constexpr std::size_t bytes = stages + stage_bytes * R * Stages;
-  // Epilogue reuse of the stage area: per warp O [8][D + 4], m [8], l [8].
-  static constexpr int o_stride = D + 4;
-  static constexpr std::size_t merge_bytes = sizeof(float) * W * max_group * (o_stride + 2);
-  static_assert(merge_bytes <= stage_bytes * R * Stages, "epilogue scratch must fit in the stage area");
+  static constexpr std::size_t stage_area = stage_bytes * R * Stages;
+  static constexpr std::size_t bytes = stages + stage_area;
+  static constexpr std::size_t merge_bytes = merge_scratch_bytes<D, W>();
+  static_assert(merge_bytes <= stage_area, "epilogue scratch must fit in the stage area");
 };
 
 // Budget: the shared memory a policy may plan for (decode_policy::smem_budget,

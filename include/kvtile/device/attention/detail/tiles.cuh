@@ -268,7 +268,10 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
 
 // One record, or the part sub (of H) of it: MMA token blocks i in
 // [sub * GM / H, (sub + 1) * GM / H). `rec` is the stage, laid out by
-// stage_layout (tile_layout.cuh: the record as stored).
+// stage_layout (tile_layout.cuh: the record as stored). WB n-blocks of 8
+// query rows (8-query layout; rows of qn + 8 b, nfq[b], st[b], md[b] for
+// n-block b): each code register is converted once and fed to the MMAs of
+// every n-block (the A operands, codes, are the same for all of them).
 //
 // Who reads what (lane = 4 r + t; E = G/8 tokens per row group, EH = E/H):
 //  - QK, tokens on M: lane r owns the EH key tokens token_base(r, sub) ..
@@ -278,9 +281,10 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
 //    QK blocks (movmatrix): tA = token_base(2t) + 2i, tB = token_base(2t+1) + 2i,
 //    tA + 1, tB + 1; lane r owns the output channels out_order::run(ch, r) ..
 //    + CE - 1 of chunk ch.
-template <class Config, class Packer, int H, bool PK = false>
-KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const uint4* qf, const float (&nfq)[2],
-                              warp_state<Config::head_dim, PK ? 1 : 2>& st, int sub, const tile_mod& md) {
+template <class Config, class Packer, int H, bool PK = false, int WB = 1>
+KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const float (&nfq)[WB][2],
+                              warp_state<Config::head_dim, PK ? 1 : 2> (&st)[WB], int sub, const tile_mod (&md)[WB]) {
+  static_assert(WB == 1 || !PK, "n-blocks per warp: the 8-query layout");
   using SL = stage_layout<Config, Packer, H>;
   using KO = key_order<Config::head_dim>;
   using OO = out_order<Config::head_dim>;
@@ -317,38 +321,45 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   }
 
   // ---- S^T = codes^T (q a)^T: tokens on M, channels on K, queries on N
-  float s[GM][4];
+  float s[WB][GM][4];
 #pragma unroll
-  for (int i = 0; i < GM; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+  for (int b = 0; b < WB; ++b)
+#pragma unroll
+    for (int i = 0; i < GM; ++i) s[b][i][0] = s[b][i][1] = s[b][i][2] = s[b][i][3] = 0.0f;
   // The key rows (at this lane's token run), a_K and z_K: channel chan0(kk, t)
   // is row / entry c0.
   const std::uint8_t* kc = rec + SL::key_codes_s + tok0 * KB / 8;
   const std::uint8_t* ka = rec + SL::key_scale_s;
   const std::uint8_t* kz = rec + SL::key_zero_s;
-  float bq0, bq1;  // beta = sum_d q z for queries 2t, 2t+1
+  float bq0[WB], bq1[WB];  // beta = sum_d q z for queries 2t, 2t+1
   {
-    float beta = 0.0f;
+    float beta[WB];
+#pragma unroll
+    for (int b = 0; b < WB; ++b) beta[b] = 0.0f;
     const float lo_part = (r & 1) ? 1.0f : 0.0f;  // packed: odd r holds the lo part
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
       const int c0 = KO::chan0(kk, t);
-      // packed: this lane's B column is part r & 1 of query r / 2 (and so is its beta)
-      const float4 qv = *reinterpret_cast<const float4*>(qn + (PK ? r >> 1 : r) * q_stride + c0);
       float a[4], z[4];
       load_scales<fp8, 4>(ka + sb * c0, a, f_k);
       load_halves<4>(kz + 2 * c0, z);
-      beta = fmaf(qv.x, z[0], beta);
-      beta = fmaf(qv.y, z[1], beta);
-      beta = fmaf(qv.z, z[2], beta);
-      beta = fmaf(qv.w, z[3], beta);
-      std::uint32_t b[4];
-      if constexpr (PK) {
-        std::uint32_t bp[2];
-        split_b_part(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], lo_part, bp);
-        b[0] = bp[0];
-        b[1] = bp[1];
-      } else {
-        split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], b);
+      std::uint32_t bf[WB][4];
+#pragma unroll
+      for (int b = 0; b < WB; ++b) {
+        // packed: this lane's B column is part r & 1 of query r / 2 (and so is its beta)
+        const float4 qv = *reinterpret_cast<const float4*>(qn + (b * max_group + (PK ? r >> 1 : r)) * q_stride + c0);
+        beta[b] = fmaf(qv.x, z[0], beta[b]);
+        beta[b] = fmaf(qv.y, z[1], beta[b]);
+        beta[b] = fmaf(qv.z, z[2], beta[b]);
+        beta[b] = fmaf(qv.w, z[3], beta[b]);
+        if constexpr (PK) {
+          std::uint32_t bp[2];
+          split_b_part(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], lo_part, bp);
+          bf[b][0] = bp[0];
+          bf[b][1] = bp[1];
+        } else {
+          split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], bf[b]);
+        }
       }
       std::uint32_t x[4][kwords];
 #pragma unroll
@@ -357,66 +368,78 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
       pair_extract<KB, EH>(x[0], x[1], r01);
       pair_extract<KB, EH>(x[2], x[3], r23);
 #pragma unroll
-      for (int i = 0; i < GM; ++i) {
-        mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[0], b[1]);
-        if constexpr (!PK)  // lo part
-          mma_f16(s[i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], b[2], b[3]);
-      }
+      for (int i = 0; i < GM; ++i)
+#pragma unroll
+        for (int b = 0; b < WB; ++b) {
+          mma_f16(s[b][i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], bf[b][0], bf[b][1]);
+          if constexpr (!PK)  // lo part
+            mma_f16(s[b][i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], bf[b][2], bf[b][3]);
+        }
     }
     // beta: thread (r, t) summed query r (packed: r / 2) over its channels; reduce
     // over t, move to queries 2t, 2t+1 (packed: query t, from lane 8t, r = 2t).
-    beta += __shfl_xor_sync(0xffffffffu, beta, 1);
-    beta += __shfl_xor_sync(0xffffffffu, beta, 2);
-    bq0 = __shfl_sync(0xffffffffu, beta, 8 * t);
-    bq1 = __shfl_sync(0xffffffffu, beta, 8 * t + 4);
+#pragma unroll
+    for (int b = 0; b < WB; ++b) {
+      beta[b] += __shfl_xor_sync(0xffffffffu, beta[b], 1);
+      beta[b] += __shfl_xor_sync(0xffffffffu, beta[b], 2);
+      bq0[b] = __shfl_sync(0xffffffffu, beta[b], 8 * t);
+      bq1[b] = __shfl_sync(0xffffffffu, beta[b], 8 * t + 4);
+    }
   }
   // ---- scores: t[g] (vs_ak S + beta) nf, then the online softmax. Packed
   // layout: score of (token of M-row r / r + 8, query t) = hi + lo columns.
   float sc[PK ? GM : 1][2];
-  float alpha[2];  // packed: alpha[0]
+  float alpha[WB][2];  // packed: alpha[0][0]
   {
     float tk[EH];
     load_scales<fp8, EH>(rec + SL::key_token_scale_s + sb * tok0, tk, 1.0f);
-    const float n0 = nfq[0] * vs_t, n1 = nfq[1] * vs_t;
 #pragma unroll
-    for (int i = 0; i < GM; ++i)
+    for (int b = 0; b < WB; ++b) {
+      const float n0 = nfq[b][0] * vs_t, n1 = nfq[b][1] * vs_t;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float tt = tk[2 * i + h];
-        // token 2i + h of the run: raw codes carry its position factor
-        const float ak = vs_ak * raw_unscale<KB>(2 * i + h);
-        if constexpr (PK) {
-          sc[i][h] = fmaf(ak, s[i][2 * h] + s[i][2 * h + 1], bq0) * (tt * n0);
-        } else {
-          s[i][2 * h + 0] = fmaf(ak, s[i][2 * h + 0], bq0) * (tt * n0);
-          s[i][2 * h + 1] = fmaf(ak, s[i][2 * h + 1], bq1) * (tt * n1);
+      for (int i = 0; i < GM; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float tt = tk[2 * i + h];
+          // token 2i + h of the run: raw codes carry its position factor
+          const float ak = vs_ak * raw_unscale<KB>(2 * i + h);
+          if constexpr (PK) {
+            sc[i][h] = fmaf(ak, s[b][i][2 * h] + s[b][i][2 * h + 1], bq0[b]) * (tt * n0);
+          } else {
+            s[b][i][2 * h + 0] = fmaf(ak, s[b][i][2 * h + 0], bq0[b]) * (tt * n0);
+            s[b][i][2 * h + 1] = fmaf(ak, s[b][i][2 * h + 1], bq1[b]) * (tt * n1);
+          }
         }
-      }
+    }
   }
-  // Window boundary tile, causal mask of multi-query rows, soft-cap: off the common path.
-  if (md.on) {
 #pragma unroll
-    for (int i = 0; i < GM; ++i)
+  for (int b = 0; b < WB; ++b) {
+    // Window boundary tile, causal mask of multi-query rows, soft-cap: off the common path.
+    if (md[b].on) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int tok = tok0 + 2 * i + h;
-        if constexpr (PK) {
-          sc[i][h] = modify_score(sc[i][h], tok, md, 0);
-        } else {
-          s[i][2 * h + 0] = modify_score(s[i][2 * h + 0], tok, md, 0);
-          s[i][2 * h + 1] = modify_score(s[i][2 * h + 1], tok, md, 1);
+      for (int i = 0; i < GM; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int tok = tok0 + 2 * i + h;
+          if constexpr (PK) {
+            sc[i][h] = modify_score(sc[i][h], tok, md[b], 0);
+          } else {
+            s[b][i][2 * h + 0] = modify_score(s[b][i][2 * h + 0], tok, md[b], 0);
+            s[b][i][2 * h + 1] = modify_score(s[b][i][2 * h + 1], tok, md[b], 1);
+          }
         }
-      }
-  }
-  if constexpr (PK) {
-    online_softmax1<GM>(sc, st.m, st.l, alpha[0]);
-  } else {
-    online_softmax<GM>(s, st.m, st.l, alpha);
+    }
+    if constexpr (PK) {
+      online_softmax1<GM>(sc, st[b].m, st[b].l, alpha[b][0]);
+    } else {
+      online_softmax<GM>(s[b], st[b].m, st[b].l, alpha[b]);
+    }
   }
 
   // ---- P' = p * a_V (per token), zsum = sum p (z_V + vs_av a_V vmid) (the centered codes' offset)
   constexpr int NQ = PK ? 1 : 2;
-  float zsum[2] = {0.0f, 0.0f};
+  float zsum[WB][2];
+  std::uint32_t pb0[WB][GM], pb1[WB][GM];
   {
     float av[EH], zv[EH];
     load_scales<fp8, EH>(rec + SL::value_scale_s + sb * tok0, av, f_v);
@@ -427,29 +450,32 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
       for (int e = 0; e < EH; ++e) zv[e] = fmaf(vm, av[e], zv[e]);
     }
 #pragma unroll
-    for (int i = 0; i < GM; ++i)
+    for (int b = 0; b < WB; ++b) {
+      zsum[b][0] = zsum[b][1] = 0.0f;
 #pragma unroll
-      for (int c = 0; c < 2 * NQ; ++c) {
-        const int e = 2 * i + c / NQ;  // M-row r + 8 (c / NQ) of block i
-        float* pv;
-        if constexpr (PK) {
-          pv = &sc[i][c];
-        } else {
-          pv = &s[i][c];
+      for (int i = 0; i < GM; ++i)
+#pragma unroll
+        for (int c = 0; c < 2 * NQ; ++c) {
+          const int e = 2 * i + c / NQ;  // M-row r + 8 (c / NQ) of block i
+          float* pv;
+          if constexpr (PK) {
+            pv = &sc[i][c];
+          } else {
+            pv = &s[b][i][c];
+          }
+          zsum[b][c % NQ] = fmaf(*pv, zv[e], zsum[b][c % NQ]);
+          *pv *= av[e];
         }
-        zsum[c % NQ] = fmaf(*pv, zv[e], zsum[c % NQ]);
-        *pv *= av[e];
+#pragma unroll
+      for (int qq = 0; qq < NQ; ++qq)
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) zsum[b][qq] += __shfl_xor_sync(0xffffffffu, zsum[b][qq], o);
+      if constexpr (PK) {
+        p_to_b_split<GM>(sc, pb0[b], pb1[b]);
+      } else {
+        p_to_b<GM>(s[b], pb0[b], pb1[b]);
       }
-#pragma unroll
-    for (int qq = 0; qq < NQ; ++qq)
-#pragma unroll
-      for (int o = 4; o < 32; o <<= 1) zsum[qq] += __shfl_xor_sync(0xffffffffu, zsum[qq], o);
-  }
-  std::uint32_t pb0[GM], pb1[GM];
-  if constexpr (PK) {
-    p_to_b_split<GM>(sc, pb0, pb1);
-  } else {
-    p_to_b<GM>(s, pb0, pb1);
+    }
   }
 
   // ---- O^T += c_V * (vs_av * (codes - vmid)^T P'^T + zsum): channels on M, tokens on K
@@ -460,9 +486,11 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
   const std::uint8_t* cvp = rec + SL::value_channel_scale_s;
 #pragma unroll
   for (int ch = 0; ch < NCH; ++ch) {
-    float acc[MC][4];
+    float acc[WB][MC][4];
 #pragma unroll
-    for (int j = 0; j < MC; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int b = 0; b < WB; ++b)
+#pragma unroll
+      for (int j = 0; j < MC; ++j) acc[b][j][0] = acc[b][j][1] = acc[b][j][2] = acc[b][j][3] = 0.0f;
     const int run = OO::run(ch, r, CE);  // first output channel of this lane's run
     const int coff = run * VB / 8;
 #pragma unroll
@@ -482,27 +510,32 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const ui
         pair_convert<VB, CE, true>(x[2], x[3], rcd);
       }
 #pragma unroll
-      for (int j = 0; j < MC; ++j) mma_f16(acc[j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[i], pb1[i]);
+      for (int b = 0; b < WB; ++b)
+#pragma unroll
+        for (int j = 0; j < MC; ++j)
+          mma_f16(acc[b][j], rab[2 * j], rab[2 * j + 1], rcd[2 * j], rcd[2 * j + 1], pb0[b][i], pb1[b][i]);
     }
     float cv[CE];
     load_scales<fp8, CE>(cvp + sb * run, cv, 1.0f);
     // packed: the (hi, lo) columns of query t are summed; st.o[m][h] is M-row r + 8 h
 #pragma unroll
-    for (int j = 0; j < MC; ++j)
+    for (int b = 0; b < WB; ++b)
 #pragma unroll
-      for (int c = 0; c < 2 * NQ; ++c) {
-        const float cc = cv[2 * j + c / NQ] * vs_c;
-        // channel 2j + c/NQ of the run: raw codes carry its position factor
-        const float va = raw_values ? vs_av * raw_unscale<VB>(2 * j + c / NQ) : vs_av;
-        float a;
-        if constexpr (PK) {
-          a = acc[j][2 * c] + acc[j][2 * c + 1];
-        } else {
-          a = acc[j][c];
+      for (int j = 0; j < MC; ++j)
+#pragma unroll
+        for (int c = 0; c < 2 * NQ; ++c) {
+          const float cc = cv[2 * j + c / NQ] * vs_c;
+          // channel 2j + c/NQ of the run: raw codes carry its position factor
+          const float va = raw_values ? vs_av * raw_unscale<VB>(2 * j + c / NQ) : vs_av;
+          float a;
+          if constexpr (PK) {
+            a = acc[b][j][2 * c] + acc[b][j][2 * c + 1];
+          } else {
+            a = acc[b][j][c];
+          }
+          float& o = st[b].o[ch * MC + j][c];
+          o = fmaf(alpha[b][c % NQ], o, cc * fmaf(va, a, zsum[b][c % NQ]));
         }
-        float& o = st.o[ch * MC + j][c];
-        o = fmaf(alpha[c % NQ], o, cc * fmaf(va, a, zsum[c % NQ]));
-      }
   }
 }
 
