@@ -66,13 +66,14 @@ def sdpa_runs(path, kernel="k4v2_g128"):
 
 
 def sdpa_variant(kernel):
-    """The SDPA variant a kvtile kernel row compares with: that of its suffix in SDPA_VARIANTS, the
-    one-token run for the other rows (other presets and options), None for none (the ragged
-    multi-query rows, whose token counts SDPA has no batch for)."""
+    """The SDPA variant a kvtile kernel row compares with: that of a suffix of SDPA_VARIANTS in its
+    name, at its end or before a variant's own suffix (k4v2_g128_mq4_nsplit: mq4), the one-token run
+    for the other rows (other presets and options), None for none (the ragged multi-query rows,
+    whose token counts SDPA has no batch for)."""
     if "_mqr" in kernel:
         return None
     for suffix, (v, _) in SDPA_VARIANTS.items():
-        if suffix and kernel.endswith(suffix):
+        if suffix and (kernel.endswith(suffix) or suffix + "_" in kernel):
             return v
     return ""
 

@@ -60,6 +60,7 @@ def test_sdpa_runs_are_the_uniform_rows_of_the_default_kernel_and_its_variants(r
 def test_sdpa_variant_of_kvtile_rows():
     assert ar.sdpa_variant("k4v2_g128") == ""
     assert ar.sdpa_variant("k4v2_g128_mq8") == "mq8"
+    assert ar.sdpa_variant("k4v2_g128_mq4_nsplit") == "mq4"  # a variant of the multi-query row
     assert ar.sdpa_variant("k4v2_g128_bf16q") == "bf16"
     assert ar.sdpa_variant("k4v4_g128") == ""  # another preset: the one-token SDPA run
     assert ar.sdpa_variant("k4v2_g128_mqr") is None
