@@ -102,8 +102,8 @@ struct decode_policy_sm90 {
   static constexpr int pool_warps = 12;
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
-  // On: 7% faster at GQA 16 (8, 128, 8, 128, 32K), 4-9% with 4 or 8 new tokens per sequence, 3% slower
-  // at (2, 16, 1, 128, 64K) (H100 2026-12-06, docs/attention.md, "16-row units").
+  // On: 8% faster at GQA 16 (8, 128, 8, 128, 32K), 3-9% with 4 or 8 new tokens per sequence, equal at
+  // (2, 16, 1, 128, 64K) (H100 2026-12-06, docs/attention.md step 3).
   static constexpr bool wide_token_split = true;
   static constexpr int fp16_stages = 2;
   // Off: the fused merge (on) measured within +-2% of the merge kernel on most shapes, 8% faster at
