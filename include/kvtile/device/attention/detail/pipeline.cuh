@@ -16,6 +16,12 @@
 KVTILE_NAMESPACE_BEGIN
 namespace attention::detail {
 
+// The epilogue's reuse of the stage area: per warp state O [8][D + 4], m [8], l [8].
+template <int D, int WarpStates>
+constexpr std::size_t merge_scratch_bytes() {
+  return sizeof(float) * WarpStates * max_group * (D + 4 + 2);
+}
+
 // Shared-memory plan of a decode CTA.
 // W warps share R rings of Stages stages (W / R warps per ring, each taking
 // part of every tile); each stage has a "full" mbarrier and a second 8-byte
@@ -23,12 +29,6 @@ namespace attention::detail {
 // KeepQn: the fp32 query rows stay live next to the fragments (the quantized
 // kernel's per-tile q a path); otherwise the fragments overwrite them once made.
 // Rows: query rows of the CTA (8 per n-block).
-// The epilogue's reuse of the stage area: per warp state O [8][D + 4], m [8], l [8].
-template <int D, int WarpStates>
-constexpr std::size_t merge_scratch_bytes() {
-  return sizeof(float) * WarpStates * max_group * (D + 4 + 2);
-}
-
 template <int D, int W, int Stages, std::size_t StageBytes, int R = W, bool KeepQn = false, int Rows = max_group>
 struct smem_plan {
   static constexpr int q_stride = D + 16;  // floats; keeps the 16-byte query reads conflict-free
