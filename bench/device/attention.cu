@@ -265,7 +265,7 @@ struct wide2 : P {
 };
 using rows8_policy = attention::decode_policy_with<rows8>;
 using wide2_policy = attention::decode_policy_with<wide2>;
-// 16-row units whose ring warps split each tile's n-blocks (the Hopper policy splits the tokens).
+// 16-row units whose ring warps split each tile's n-blocks (the default policies split the tokens).
 template <class P>
 struct nblock_split : P {
   static constexpr bool wide_token_split = false;
@@ -532,6 +532,25 @@ int main(int argc, char** argv) {
                                                                                                false);
         if ((s.B == 16 && s.L == 65536) || s.name == "ragged32") {
           quant_run<k4v2_g128<128>, half_t, attention::forced<sm80_bulk_policy>>("k4v2_g128_sm80_bulk", s, f, false);
+        }
+        // The token split (default) against the n-block split on the 163 / 99 KB budgets.
+        {
+          using attention::forced;
+          using sm80 = attention::decode_policy_sm80;
+          using sm86 = attention::decode_policy_sm86;
+          using sm120 = attention::decode_policy_sm120;
+          using k4v2 = k4v2_g128<128>;
+          if (s.Hq == 16 * s.Hkv) {
+            quant_run<k4v2, half_t, forced<nblock_split<sm80>>>("k4v2_g128_sm80_nsplit", s, f, false);
+            quant_run<k4v2, half_t, forced<nblock_split<sm86>>>("k4v2_g128_sm86_nsplit", s, f, false);
+            quant_run<k4v2, half_t, forced<nblock_split<sm120>>>("k4v2_g128_sm120_nsplit", s, f, false);
+          }
+          if ((s.B == 16 && s.L == 65536) || (s.B == 64 && s.L == 8192)) {
+            quant_run<k4v2, half_t, forced<sm80>>("k4v2_g128_sm80_mq8", s, f, false, false, 8);
+            quant_run<k4v2, half_t, forced<nblock_split<sm80>>>("k4v2_g128_sm80_mq8_nsplit", s, f, false, false, 8);
+            quant_run<k4v2, half_t, forced<sm86>>("k4v2_g128_sm86_mq8", s, f, false, false, 8);
+            quant_run<k4v2, half_t, forced<nblock_split<sm86>>>("k4v2_g128_sm86_mq8_nsplit", s, f, false, false, 8);
+          }
         }
       }
       // the fused merge against the merge kernel (same run): small batches, 16 x 64K, ragged, and

@@ -122,7 +122,7 @@ void run_plan_tests(bool small) {
     unit_rows_case<C>(16, {3000, 1, 130 * 128 + 5}, mods{}, 47);
     unit_rows_case<C>(10, {900, 2 * 128}, mods{200, 4.0f}, 48);
   }
-  std::printf("16-row units, each warp of a ring one n-block (nblock_split: the 163 / 99 KB policies' kind):\n");
+  std::printf("16-row units, each warp of a ring one n-block (nblock_split; every policy at D = 256):\n");
   plan_case<C, nblock_split_policy>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16, n-block split");
   mq_case<C, half_t, nblock_split_policy>({1000, 3 * 128 + 2, 5, 129 * 128, 77}, {1, 8, 4, 3, 0}, 8, 2, 4, true, mods{},
                                           51, "k4v2_g128 ragged multi-query, n-block split");

@@ -353,8 +353,8 @@ struct merge_in_kernel : P {
 };
 using fused_merge_policy = attention::decode_policy_with<merge_in_kernel>;
 // 16-row units whose ring warps split each tile's n-blocks (each warp one
-// n-block), as the 163 / 99 KB policies run them; the Hopper policy splits
-// the tokens (wide_token_split).
+// n-block), as every policy runs them at D = 256; the default policies split
+// the tokens of 128-token tiles at D <= 128 (wide_token_split).
 template <class P>
 struct nblock_split : P {
   static constexpr bool wide_token_split = false;

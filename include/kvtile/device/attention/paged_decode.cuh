@@ -103,7 +103,8 @@ struct decode_policy_sm90 {
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
   // On: 8% faster at GQA 16 (8, 128, 8, 128, 32K), 3-9% with 4 or 8 new tokens per sequence, equal at
-  // (2, 16, 1, 128, 64K) (H100 2026-12-06, docs/attention.md step 3).
+  // (2, 16, 1, 128, 64K) (H100 2026-12-06, docs/attention.md step 3); forced 163 / 99 KB policies
+  // 4-14% faster at GQA 16 and 6-16% with 8 new tokens (inherited by every derived policy).
   static constexpr bool wide_token_split = true;
   static constexpr int fp16_stages = 2;
   // Off: the fused merge (on) measured within +-2% of the merge kernel on most shapes, 8% faster at
@@ -123,8 +124,6 @@ struct decode_policy_sm80 : decode_policy_sm90 {
   // at 16 x 64K, 323 us against about 384 us (2026-12-05-h200-attention-archs{,-r2}.md).
   static constexpr int pool_warps = 10;
   static constexpr int wide_stages = 3;
-  // Not measured on the 163 / 99 KB budgets (twice the merge scratch of the 16-row kernel).
-  static constexpr bool wide_token_split = false;
 };
 // RTX 3090 / A6000 / A10 (8.6), RTX 4090 / L40S / L4 (8.9), and sm_80 images
 // on them: 99 KB per block, 16-byte cp.async.
