@@ -271,6 +271,12 @@ struct nblock_split : P {
   static constexpr bool wide_token_split = false;
 };
 using nblock_split_policy = attention::decode_policy_with<nblock_split>;
+// The token split with each warp making every k-step's query operands (no exchange).
+template <class P>
+struct no_exchange : P {
+  static constexpr bool token_split_exchange = false;
+};
+using no_exchange_policy = attention::decode_policy_with<no_exchange>;
 // A planned step merged by the CTA that finishes a unit's last chunk instead of a second kernel.
 template <class P>
 struct merge_in_kernel : P {
@@ -563,6 +569,7 @@ int main(int argc, char** argv) {
         quant_run<k4v2_g128<128>, half_t, rows8_policy>("k4v2_g128_rows8", s, f, false);
         quant_run<k4v2_g128<128>, half_t, wide2_policy>("k4v2_g128_wide2", s, f, false);
         quant_run<k4v2_g128<128>, half_t, nblock_split_policy>("k4v2_g128_nsplit", s, f, false);
+        quant_run<k4v2_g128<128>, half_t, no_exchange_policy>("k4v2_g128_noxchg", s, f, false);
       }
       if (quick) continue;
       if (s.B == 16 && s.L == 65536) {
@@ -581,6 +588,7 @@ int main(int argc, char** argv) {
         quant_run<k4v2_g128<128>>("k4v2_g128_mq8", s, f, false, false, 8);
         quant_run<k4v2_g128<128>, half_t, nblock_split_policy>("k4v2_g128_mq4_nsplit", s, f, false, false, 4);
         quant_run<k4v2_g128<128>, half_t, nblock_split_policy>("k4v2_g128_mq8_nsplit", s, f, false, false, 8);
+        quant_run<k4v2_g128<128>, half_t, no_exchange_policy>("k4v2_g128_mq8_noxchg", s, f, false, false, 8);
       }
       if ((s.B == 16 && s.L == 65536) || !s.name.empty()) {
         quant_run<k4v2_g128<128>>("k4v2_g128_mqr", s, f, false, false, 8, true);

@@ -80,7 +80,8 @@ namespace attention {
 // stages per warp and rings (max_rings), the stage-pool kernel for long chunks
 // (pool_warps share pool_stages stages; 0 stages: none), units of 16 query
 // rows (max_unit_rows 16: two-n-block rings of wide_stages stages, whose two
-// warps split each tile's n-blocks or, wide_token_split, its tokens), the
+// warps split each tile's n-blocks or, wide_token_split, its tokens, and with
+// token_split_exchange make half the query operands each), the
 // fp16 baseline's stages per warp (fp16_stages), and where a planned step
 // merges a unit's chunks (fused_merge: in the attention kernel, by the CTA that
 // finishes the unit's last chunk, so a step is one kernel; off, the default: a
@@ -106,6 +107,11 @@ struct decode_policy_sm90 {
   // (2, 16, 1, 128, 64K) (H100 2026-12-06, docs/attention.md step 3); forced 163 / 99 KB policies
   // 4-14% faster at GQA 16 and 6-16% with 8 new tokens (inherited by every derived policy).
   static constexpr bool wide_token_split = true;
+  // The token split's two warps each make the query B operands (q a, split;
+  // beta) of half the k-steps and exchange them through shared memory (8.5 KB
+  // per ring, where the budget holds it): 1-4% faster at GQA 16 and with 8 new
+  // tokens per sequence (H100 2026-12-06, docs/attention.md step 3).
+  static constexpr bool token_split_exchange = true;
   static constexpr int fp16_stages = 2;
   // Off: the fused merge (on) measured within +-2% of the merge kernel on most shapes, 8% faster at
   // (2, 8, 1, 128, 32K) but 8% slower at (2, 16, 1, 128, 64K) and 3.5% at ragged32 (the last CTA
@@ -133,6 +139,8 @@ struct decode_policy_sm86 : decode_policy_sm80 {
   static constexpr int pool_stages = 6;
   static constexpr int pool_warps = 5;
   static constexpr int wide_stages = 2;
+  // Forced on the H100: the exchange 1.3% slower at GQA 16 (206 vs 204 us; 2026-12-06-h100-xchg.md).
+  static constexpr bool token_split_exchange = false;
   static constexpr int fp16_stages = 1;
 };
 // RTX 5090, RTX PRO 6000, DGX Spark (12.x): 99 KB per block, bulk copies.
@@ -140,6 +148,8 @@ struct decode_policy_sm120 : decode_policy_sm86 {
   static constexpr int min_arch = 1200;
   static constexpr int max_arch = 1 << 30;
   static constexpr bool bulk_copies = true;
+  // Forced on the H100: the exchange 1% faster at GQA 16 (2026-12-06-h100-xchg.md).
+  static constexpr bool token_split_exchange = true;
 };
 
 // A chain of policies: the first whose kernels the device's image holds and
@@ -244,9 +254,12 @@ struct quant_kernel_traits {
                                     2 * detail::max_group>::stage_area
           ? 2
           : 1;
+  using wide_plan =
+      detail::smem_plan<D, wide_warps * wide_wb, wide_stages, stage::bytes, wide_rings, true, 2 * detail::max_group>;
+  // With the token split, the query B operands' exchange where it fits (quant_tile XB).
   static constexpr std::size_t wide_smem_bytes =
-      wide ? detail::smem_plan<D, wide_warps * wide_wb, wide_stages, stage::bytes, wide_rings, true,
-                               2 * detail::max_group>::bytes
+      wide ? wide_plan::bytes +
+                 (wide_wb == 2 ? detail::token_split_xchg_total<P, D, wide_rings, wide_plan::bytes>() : 0)
            : 0;
   static constexpr std::size_t max_smem_bytes = std::max({smem_bytes, pool_smem_bytes, wide_smem_bytes});
   // Whether the ring kernel (one ring at the least) fits the budget; a policy

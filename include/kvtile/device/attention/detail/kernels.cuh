@@ -64,6 +64,13 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
   std::uint8_t* stages = smem + plan::stages;
   std::uint32_t* tickets = reinterpret_cast<std::uint32_t*>(bars + Pool);
   constexpr int nbars = Pool > 0 ? Pool : R * Stages;  // the full barriers
+  // The token split's B-operand exchange, one region per ring behind the plan
+  // (where the budget holds it; the launch sizes the same), and its named
+  // barriers 1 + R + ring (the rings' refill barriers are 1 + ring).
+  constexpr bool XB = WB == 2 && token_split_xchg_total<P, D, R, plan::bytes>() > 0;
+  static_assert(!XB || 2 * R + 1 <= 15, "named barriers 1..15");
+  std::uint8_t* xb = smem + plan::bytes + (threadIdx.x >> 5) / NB * token_split_xchg_bytes<D>();
+  const int xbar = 1 + R + (threadIdx.x >> 5) / NB;
 
   int first = 0;
   const int count = chunk_count(p, first);
@@ -124,13 +131,17 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
       }
     }
 
+    int xphases = 0;  // phases of this ring's exchange barrier (XB)
     auto run = [&](int j, std::uint8_t* buf, std::uint64_t* bar, std::uint32_t par) -> bool {
       tile_mod md[WB];  // on only at window / causal boundaries or a cap
 #pragma unroll
       for (int b = 0; b < WB; ++b) md[b] = make_tile_mod(rb[b], j * G, G, p.cap);
       if (is_quant(j)) {
         mbar_wait(bar, par);
-        if (page_ok(j)) quant_tile<Config, Packer, HT, PK, WB>(buf, qnb, nfq, st, sub, md);
+        if (page_ok(j)) {
+          quant_tile<Config, Packer, HT, PK, WB, XB>(buf, qnb, nfq, st, sub, md, xb, xbar);
+          if constexpr (XB) xphases += 2;
+        }
         return true;
       }
       const std::int64_t off = cache.tile_offset(seq, kvh);
@@ -153,6 +164,14 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
       pool_loop<W, Pool, Bulk>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
     } else {
       warp_loop<R, H * NB, Stages, Bulk, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
+    }
+    if constexpr (XB) {
+      // Every ring's exchange barrier ends the chunk at the same phase count
+      // (two per tile of the ring with the most), as warp_loop pads the refill
+      // barriers: with unequal counts compute-sanitizer's racecheck reports
+      // write_partial's scratch accesses across its __syncthreads.
+      const int most = 2 * ((j1 - j0 + R - 1) / R);
+      for (; xphases < most; xphases += 1) named_barrier_sync(xbar, 64);
     }
     if (ci + 1 == first + count) trigger_dependents();  // the merge kernel may start launching
     // The fused merge's code (a unit's sole chunk written as outputs, the

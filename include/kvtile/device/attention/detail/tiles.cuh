@@ -272,6 +272,10 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
 // query rows (8-query layout; rows of qn + 8 b, nfq[b], st[b], md[b] for
 // n-block b): each code register is converted once and fed to the MMAs of
 // every n-block (the A operands, codes, are the same for all of them).
+// XB (WB = 2, the two warps of a ring splitting the tokens, H = 2): each warp
+// makes the query B operands of half the k-steps and takes the other half from
+// the other warp through `xb` (token_split_xchg_bytes, one per ring), meeting
+// it on named barrier `xbar` twice per tile.
 //
 // Who reads what (lane = 4 r + t; E = G/8 tokens per row group, EH = E/H):
 //  - QK, tokens on M: lane r owns the EH key tokens token_base(r, sub) ..
@@ -281,10 +285,12 @@ KVTILE_DEVICE float fp16_field_norm(const std::uint8_t* p, int n) {
 //    QK blocks (movmatrix): tA = token_base(2t) + 2i, tB = token_base(2t+1) + 2i,
 //    tA + 1, tB + 1; lane r owns the output channels out_order::run(ch, r) ..
 //    + CE - 1 of chunk ch.
-template <class Config, class Packer, int H, bool PK = false, int WB = 1>
+template <class Config, class Packer, int H, bool PK = false, int WB = 1, bool XB = false>
 KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const float (&nfq)[WB][2],
-                              warp_state<Config::head_dim, PK ? 1 : 2> (&st)[WB], int sub, const tile_mod (&md)[WB]) {
+                              warp_state<Config::head_dim, PK ? 1 : 2> (&st)[WB], int sub, const tile_mod (&md)[WB],
+                              std::uint8_t* xb = nullptr, int xbar = 0) {
   static_assert(WB == 1 || !PK, "n-blocks per warp: the 8-query layout");
+  static_assert(!XB || (H == 2 && WB == 2), "the B-operand exchange: two warps splitting a tile's tokens");
   using SL = stage_layout<Config, Packer, H>;
   using KO = key_order<Config::head_dim>;
   using OO = out_order<Config::head_dim>;
@@ -337,28 +343,45 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
 #pragma unroll
     for (int b = 0; b < WB; ++b) beta[b] = 0.0f;
     const float lo_part = (r & 1) ? 1.0f : 0.0f;  // packed: odd r holds the lo part
-#pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
+    // k-step kk: the B operands (q a, split) and beta's terms from the record's
+    // scales (made), or the B operands the ring's other warp made (!made), then
+    // the MMAs over this warp's key tokens.
+    auto k_step = [&](int kk, bool made) {
       const int c0 = KO::chan0(kk, t);
-      float a[4], z[4];
-      load_scales<fp8, 4>(ka + sb * c0, a, f_k);
-      load_halves<4>(kz + 2 * c0, z);
       std::uint32_t bf[WB][4];
+      if (made) {
+        float a[4], z[4];
+        load_scales<fp8, 4>(ka + sb * c0, a, f_k);
+        load_halves<4>(kz + 2 * c0, z);
 #pragma unroll
-      for (int b = 0; b < WB; ++b) {
-        // packed: this lane's B column is part r & 1 of query r / 2 (and so is its beta)
-        const float4 qv = *reinterpret_cast<const float4*>(qn + (b * max_group + (PK ? r >> 1 : r)) * q_stride + c0);
-        beta[b] = fmaf(qv.x, z[0], beta[b]);
-        beta[b] = fmaf(qv.y, z[1], beta[b]);
-        beta[b] = fmaf(qv.z, z[2], beta[b]);
-        beta[b] = fmaf(qv.w, z[3], beta[b]);
-        if constexpr (PK) {
-          std::uint32_t bp[2];
-          split_b_part(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], lo_part, bp);
-          bf[b][0] = bp[0];
-          bf[b][1] = bp[1];
-        } else {
-          split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], bf[b]);
+        for (int b = 0; b < WB; ++b) {
+          // packed: this lane's B column is part r & 1 of query r / 2 (and so is its beta)
+          const float4 qv =
+              *reinterpret_cast<const float4*>(qn + (b * max_group + (PK ? r >> 1 : r)) * q_stride + c0);
+          beta[b] = fmaf(qv.x, z[0], beta[b]);
+          beta[b] = fmaf(qv.y, z[1], beta[b]);
+          beta[b] = fmaf(qv.z, z[2], beta[b]);
+          beta[b] = fmaf(qv.w, z[3], beta[b]);
+          if constexpr (PK) {
+            std::uint32_t bp[2];
+            split_b_part(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], lo_part, bp);
+            bf[b][0] = bp[0];
+            bf[b][1] = bp[1];
+          } else {
+            split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], bf[b]);
+          }
+          if constexpr (XB) {
+            reinterpret_cast<uint4*>(xb)[(kk * WB + b) * 32 + lane] = make_uint4(bf[b][0], bf[b][1], bf[b][2], bf[b][3]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int b = 0; b < WB; ++b) {
+          const uint4 v = reinterpret_cast<const uint4*>(xb)[(kk * WB + b) * 32 + lane];
+          bf[b][0] = v.x;
+          bf[b][1] = v.y;
+          bf[b][2] = v.z;
+          bf[b][3] = v.w;
         }
       }
       std::uint32_t x[4][kwords];
@@ -375,6 +398,30 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
           if constexpr (!PK)  // lo part
             mma_f16(s[b][i], r01[2 * i], r01[2 * i + 1], r23[2 * i], r23[2 * i + 1], bf[b][2], bf[b][3]);
         }
+    };
+    if constexpr (XB) {
+      // The ring's two warps (sub 0, 1) make the B operands of k-steps
+      // [sub KT/2, (sub + 1) KT/2) and their beta terms, exchange them through
+      // xb, and meet on named barrier xbar before and after reading the other
+      // half. Both warps' beta is (half 0) + (half 1): the same value.
+      constexpr int KH = KT / 2;
+      float* xbeta = reinterpret_cast<float*>(xb + token_split_xchg_fragment_bytes<Config::head_dim>());
+#pragma unroll
+      for (int k = 0; k < KH; ++k) k_step(sub * KH + k, true);
+#pragma unroll
+      for (int b = 0; b < WB; ++b) xbeta[(sub * WB + b) * 32 + lane] = beta[b];
+      named_barrier_sync(xbar, 64);
+#pragma unroll
+      for (int k = 0; k < KH; ++k) k_step((1 - sub) * KH + k, false);
+      float other[WB];
+#pragma unroll
+      for (int b = 0; b < WB; ++b) other[b] = xbeta[((1 - sub) * WB + b) * 32 + lane];
+      named_barrier_sync(xbar, 64);
+#pragma unroll
+      for (int b = 0; b < WB; ++b) beta[b] += other[b];
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) k_step(kk, true);
     }
     // beta: thread (r, t) summed query r (packed: r / 2) over its channels; reduce
     // over t, move to queries 2t, 2t+1 (packed: query t, from lane 8t, r = 2t).
