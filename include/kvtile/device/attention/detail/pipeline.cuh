@@ -22,17 +22,6 @@ constexpr std::size_t merge_scratch_bytes() {
   return sizeof(float) * WarpStates * max_group * (D + 4 + 2);
 }
 
-// The token split's exchange (quant_tile XB) per ring: the query B operands of
-// every k-step and n-block (two n-blocks, 16 bytes per lane), then the two
-// warps' beta partials.
-template <int D>
-constexpr std::size_t token_split_xchg_fragment_bytes() {
-  return static_cast<std::size_t>(D / 16) * 2 * 32 * 16;
-}
-template <int D>
-constexpr std::size_t token_split_xchg_bytes() {
-  return token_split_xchg_fragment_bytes<D>() + 2 * 2 * 32 * sizeof(float);
-}
 // The exchange's bytes for R rings behind a plan of PlanBytes under policy P
 // (decode_policy::token_split_exchange), or 0 where it is off or does not fit
 // the policy's budget (each warp then makes every k-step's operands).

@@ -94,5 +94,17 @@ KVTILE_DEVICE void stage_record(std::uint8_t* dst, const std::uint8_t* src, std:
 // arrivals, the load path's barrier count).
 KVTILE_DEVICE void stage_skip(std::uint64_t* bar) { mbar_arrive(bar); }
 
+// The token split's exchange (quant_tile XB) per ring: the query B operands of
+// every k-step and n-block (two n-blocks, 16 bytes per lane), then the two
+// warps' beta partials (pipeline.cuh places it behind the plan).
+template <int D>
+constexpr std::size_t token_split_xchg_fragment_bytes() {
+  return static_cast<std::size_t>(D / 16) * 2 * 32 * 16;
+}
+template <int D>
+constexpr std::size_t token_split_xchg_bytes() {
+  return token_split_xchg_fragment_bytes<D>() + 2 * 2 * 32 * sizeof(float);
+}
+
 }  // namespace attention::detail
 KVTILE_NAMESPACE_END
