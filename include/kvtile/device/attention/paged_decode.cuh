@@ -109,8 +109,8 @@ struct decode_policy_sm90 {
   static constexpr bool wide_token_split = true;
   // The token split's two warps each make the query B operands (q a, split;
   // beta) of half the k-steps and exchange them through shared memory (8.5 KB
-  // per ring, where the budget holds it): 1-4% faster at GQA 16 and with 8 new
-  // tokens per sequence (H100 2026-12-06, docs/attention.md step 3).
+  // per ring, where the budget holds it): 1% faster at GQA 16, 1-3% with 4 or
+  // 8 new tokens per sequence (H100 2026-12-06, docs/attention.md step 3).
   static constexpr bool token_split_exchange = true;
   static constexpr int fp16_stages = 2;
   // Off: the fused merge (on) measured within +-2% of the merge kernel on most shapes, 8% faster at

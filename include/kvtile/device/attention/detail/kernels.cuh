@@ -69,7 +69,7 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
   // barriers 1 + R + ring (the rings' refill barriers are 1 + ring).
   constexpr bool XB = WB == 2 && token_split_xchg_total<P, D, R, plan::bytes>() > 0;
   static_assert(!XB || 2 * R + 1 <= 15, "named barriers 1..15");
-  std::uint8_t* xb = smem + plan::bytes + (threadIdx.x >> 5) / NB * token_split_xchg_bytes<D>();
+  std::uint8_t* xb = XB ? smem + plan::bytes + (threadIdx.x >> 5) / NB * token_split_xchg_bytes<D>() : nullptr;
   const int xbar = 1 + R + (threadIdx.x >> 5) / NB;
 
   int first = 0;

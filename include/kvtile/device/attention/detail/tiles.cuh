@@ -371,7 +371,8 @@ KVTILE_DEVICE void quant_tile(const std::uint8_t* rec, const float* qn, const fl
             split_b(qv.x * a[0], qv.y * a[1], qv.z * a[2], qv.w * a[3], bf[b]);
           }
           if constexpr (XB) {
-            reinterpret_cast<uint4*>(xb)[(kk * WB + b) * 32 + lane] = make_uint4(bf[b][0], bf[b][1], bf[b][2], bf[b][3]);
+            uint4* dst = reinterpret_cast<uint4*>(xb) + (kk * WB + b) * 32 + lane;
+            *dst = make_uint4(bf[b][0], bf[b][1], bf[b][2], bf[b][3]);
           }
         }
       } else {
