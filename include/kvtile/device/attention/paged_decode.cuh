@@ -78,7 +78,8 @@ namespace attention {
 // by cp.async.bulk with mbarrier transaction counts where the target has them,
 // sm_90+; otherwise 16-byte cp.async by the issuing warp), the ring kernel's
 // stages per warp and rings (max_rings), the stage-pool kernel for long chunks
-// (pool_warps share pool_stages stages; 0 stages: none), units of 16 query
+// (pool_warps share pool_stages stages; 0 stages: none; used where a planned
+// step's chunks average at least pool_min_tiles tiles), units of 16 query
 // rows (max_unit_rows 16: two-n-block rings of wide_stages stages, whose two
 // warps split each tile's n-blocks or, wide_token_split, its tokens, and with
 // token_split_exchange make half the query operands each), the
@@ -101,6 +102,9 @@ struct decode_policy_sm90 {
   static constexpr int max_rings = 8;
   static constexpr int pool_stages = 16;
   static constexpr int pool_warps = 12;
+  // A planned step runs the stage-pool kernel when its chunks average at least this many tiles
+  // (the one-call paged_decode: a single split and max_pages_per_seq at least this).
+  static constexpr int pool_min_tiles = 128;
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
   // On: 8% faster at GQA 16 (8, 128, 8, 128, 32K), 3-9% with 4 or 8 new tokens per sequence, equal at
@@ -455,7 +459,7 @@ device::launch_result paged_decode(const paged_cache_view& cache, const decode_a
     const detail::kernel_params p = detail::make_params(cache.kv_heads, a, splits, tr::max_len(cache), L, false, rows);
     if (static_cast<std::int64_t>(cache.num_seqs) * p.units * splits > L.chunks) return {status::invalid_argument};
     // Single-split launches over long sequences: the stage-pool kernel (more warps per SM).
-    const bool pool = splits == 1 && cache.max_pages_per_seq >= 128;
+    const bool pool = splits == 1 && cache.max_pages_per_seq >= P::pool_min_tiles;
     return detail::launch_quant<Codec, P, QT>(cache, a, pool, dim3(splits, p.units, cache.num_seqs), p, stream);
     }
   });
@@ -639,7 +643,7 @@ class decode_plan {
               return b;
             if (fresh)
               pool_ = tr::pool > 0 && rows == detail::max_group && sched_.chunks > 0 &&
-                      total_tiles_ >= 128LL * sched_.chunks;
+                      total_tiles_ >= static_cast<long long>(decltype(tag)::type::pool_min_tiles) * sched_.chunks;
             return status::success;
           }
         });
