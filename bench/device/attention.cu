@@ -283,12 +283,6 @@ struct merge_in_kernel : P {
   static constexpr bool fused_merge = true;
 };
 using fused_merge_policy = attention::decode_policy_with<merge_in_kernel>;
-// The stage-pool kernel (8-row units) from chunks of 16 tiles on average instead of pool_min_tiles.
-template <class P>
-struct pool16 : P {
-  static constexpr int pool_min_tiles = 16;
-};
-using pool16_policy = attention::decode_policy_with<pool16>;
 // Tuning of the smaller budgets (--policies, at 16 x 64K and ragged32): the 163 KB budget with bulk
 // copies (what the cp.async load path costs at the same shared memory). Settled, numbers in
 // docs/attention.md: sm80 pool_warps 10, sm86 pool_warps 5.
@@ -571,8 +565,6 @@ int main(int argc, char** argv) {
           (s.B == 64 && s.L == 8192)) {
         quant_run<k4v2_g128<128>, half_t, fused_merge_policy>("k4v2_g128_fused", s, f, false);
       }
-      // the stage-pool kernel against the ring kernel where the plan's chunks average 16-127 tiles
-      if (s.Hq <= 8 * s.Hkv) quant_run<k4v2_g128<128>, half_t, pool16_policy>("k4v2_g128_pool16", s, f, false);
       if (s.Hq == 16 * s.Hkv) {
         quant_run<k4v2_g128<128>, half_t, rows8_policy>("k4v2_g128_rows8", s, f, false);
         quant_run<k4v2_g128<128>, half_t, wide2_policy>("k4v2_g128_wide2", s, f, false);
