@@ -103,7 +103,8 @@ struct decode_policy_sm90 {
   static constexpr int pool_stages = 16;
   static constexpr int pool_warps = 12;
   // A planned step runs the stage-pool kernel when its chunks average at least this many tiles
-  // (the one-call paged_decode: a single split and max_pages_per_seq at least this).
+  // (the one-call paged_decode: a single split and max_pages_per_seq at least this). 16 was 4-10%
+  // slower on ragged batches, 64 x 8K and 128 x 4K (H200 2026-12-06, docs/attention.md "Schedule").
   static constexpr int pool_min_tiles = 128;
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
