@@ -158,7 +158,14 @@ void run_plan_tests(bool small) {
   plan_case<C>({0, 1, 127, 128, 129, 3 * 128 + 77, small ? 9 * 128 : 300 * 128 + 5}, 2, 4, true, mods{}, 1,
                "k4v2_g128 ragged");
   plan_case<C>({5, 1000, 0, 2 * 128}, 2, 8, false, mods{}, 2, "k4v2_g128 ragged group 8");
+  // Several chunks per CTA on the 8-row ring kernels (the barriers re-initialized between chunks).
+  plan_case<C>({0, 1, 127, 128, 129, 3 * 128 + 77, 40 * 128 + 5}, 2, 4, true, mods{}, 61,
+               "k4v2_g128 ragged, rings, 2 CTAs", false, 2, 0);
+  plan_case<C>({5, 1000, 0, 2 * 128 + 1, 9 * 128}, 2, 8, false, mods{300, 2.0f}, 62,
+               "k4v2_g128 group 8 window 300 + soft-cap 2, rings, 3 CTAs", false, 3, 0);
   if (!small) {
+    plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900, 30 * 128}, 2, 2, true, mods{}, 63,
+                                                  "k2v2_g128 fp16_scales D=64, rings, 2 CTAs", false, 2, 0);
     plan_case<C>({64 * 128 + 1, 1, 129}, 1, 16, true, mods{}, 3, "k4v2_g128 group 16");
     plan_case<C>({1 << 16}, 8, 4, false, mods{}, 4, "k4v2_g128 batch 1, 64K");
     std::vector<int> lens(40);

@@ -46,6 +46,11 @@ void policy_cases(const char* name, bool small) {
   attn_plan_test::plan_case<C, F>({0, 1, 127, 128, 129, 3 * 128 + 77, small ? 9 * 128 : 200 * 128 + 5}, 2, 4, true,
                                   none, 1, "k4v2_g128 ragged group 4");
   attn_plan_test::plan_case<C, F>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, none, 41, "k4v2_g128 group 16");
+  // Several chunks per CTA on the 8-row ring kernels.
+  attn_plan_test::plan_case<C, F>({0, 1, 127, 128, 129, 3 * 128 + 77, 40 * 128 + 5}, 2, 4, true, none, 61,
+                                  "k4v2_g128 ragged, rings, 2 CTAs", false, 2, 0);
+  attn_plan_test::plan_case<C, F>({5, 1000, 0, 2 * 128 + 1, 9 * 128}, 2, 8, false, attn_plan_test::mods{300, 2.0f}, 62,
+                                  "k4v2_g128 group 8 window 300 + soft-cap 2, rings, 3 CTAs", false, 3, 0);
   attn_plan_test::plan_case<C, F>({1000, 1, 129, 5 * 128, 3000}, 2, 4, true, attn_plan_test::mods{200, 0.0f}, 11,
                                   "window 200");
   attn_plan_test::plan_case<C, F>({2000, 1, 256, 700}, 2, 8, true, attn_plan_test::mods{300, 2.0f}, 14,
