@@ -104,10 +104,11 @@ void run_plan_tests(bool small) {
   using C = k4v2_g128<128>;
   std::printf("16 query rows per unit (groups of 9-32):\n");
   plan_case<C>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, mods{}, 41, "k4v2_g128 group 16");
+  // Several chunks per CTA (the barriers kept from chunk to chunk), in the small set too.
+  plan_case<C>({150 * 128 + 7, 140 * 128, 0}, 1, 16, true, mods{}, 44, "k4v2_g128 group 16, long, 3 CTAs", true, 3, 0);
   if (!small) {
     plan_case<C>({77, 3 * 128, 1, 9 * 128 + 100}, 2, 12, false, mods{}, 42, "k4v2_g128 group 12 (half a second n-block)");
     plan_case<C>({700, 129, 20 * 128 + 3}, 1, 32, true, mods{}, 43, "k4v2_g128 group 32 (two 16-row units)");
-    plan_case<C>({150 * 128 + 7, 140 * 128, 0}, 1, 16, true, mods{}, 44, "k4v2_g128 group 16, long, 3 CTAs", true, 3, 0);
     plan_case<C>({2000, 1, 256, 700}, 1, 16, true, mods{300, 2.0f}, 45, "k4v2_g128 group 16 window 300 + soft-cap 2");
     plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900}, 1, 16, true, mods{}, 46,
                                                   "k2v2_g128 fp16_scales D=64 group 16");
@@ -158,7 +159,10 @@ void run_plan_tests(bool small) {
   plan_case<C>({0, 1, 127, 128, 129, 3 * 128 + 77, small ? 9 * 128 : 300 * 128 + 5}, 2, 4, true, mods{}, 1,
                "k4v2_g128 ragged");
   plan_case<C>({5, 1000, 0, 2 * 128}, 2, 8, false, mods{}, 2, "k4v2_g128 ragged group 8");
-  // Several chunks per CTA on the 8-row ring kernels (the barriers re-initialized between chunks).
+  // Several chunks per CTA on the 8-row ring kernels and the stage pool (the
+  // barriers initialized once, kept from chunk to chunk).
+  // 3 CTAs for 6 units of 130-150 tiles: the stage-pool kernel, two chunks per CTA.
+  plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, true, mods{}, 6, "k4v2_g128 stage pool, 3 CTAs", true, 3, 1);
   plan_case<C>({0, 1, 127, 128, 129, 3 * 128 + 77, 40 * 128 + 5}, 2, 4, true, mods{}, 61,
                "k4v2_g128 ragged, rings, 2 CTAs", false, 2, 0);
   plan_case<C>({5, 1000, 0, 2 * 128 + 1, 9 * 128}, 2, 8, false, mods{300, 2.0f}, 62,
@@ -173,8 +177,6 @@ void run_plan_tests(bool small) {
     std::uniform_real_distribution<double> u(std::log(256.0), std::log(40000.0));
     for (auto& l : lens) l = static_cast<int>(std::exp(u(lr)));
     plan_case<C>(lens, 2, 4, true, mods{}, 5, "k4v2_g128 40 log-uniform lengths", false);
-    // 3 CTAs for 6 units of 130-150 tiles: the stage-pool kernel, two chunks per CTA.
-    plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, true, mods{}, 6, "k4v2_g128 stage pool, 3 CTAs", true, 3, 1);
     plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, false, mods{}, 6, "k4v2_g128 rings, 132 CTAs", false, 0, 0);
     plan_case<k2v2_g128<64, kvtile::fp16_scales>>({0, 77, 5 * 128 + 1, 900}, 2, 2, true, mods{}, 7,
                                                   "k2v2_g128 fp16_scales D=64");
@@ -327,6 +329,7 @@ int main(int argc, char** argv) {
     accuracy_case<k4v2_g128<128>, half_t>(c, "k4v2_g128 (small)");
     pool_case<k4v2_g64<128>>(4, true, {128 * 64 + 5, 3}, "k4v2_g64 stage-pool kernel (small)");
     fp16_baseline_test<128>({70, 1}, 4, 3);
+    fp16_baseline_test<128>({40 * 64 + 5, 3, 25 * 64}, 4, 24, 2);  // planned on 2 CTAs: several chunks per CTA
     attn_plan_test::run_plan_tests(true);
     std::printf("max relative error: %.3e\n%d passed, %d failed\n", g_max_rel, g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
@@ -356,6 +359,7 @@ int main(int argc, char** argv) {
   bad_args_test();
   std::printf("fp16 baseline:\n");
   fp16_baseline_test<128>({0, 1, 63, 64, 65, 700}, 4, 21);
+  fp16_baseline_test<128>({40 * 64 + 5, 3, 25 * 64}, 4, 24, 2);
   fp16_baseline_test<64>({5, 300}, 1, 22);
   fp16_baseline_test<256>({129, 64}, 16, 23);
   attn_plan_test::run_plan_tests(false);

@@ -418,9 +418,10 @@ fp16_error accuracy_case(const case_cfg& c, const char* name) {
   return e16;
 }
 
-// fp16 baseline vs fp64 on the same fp16 data (original frame).
+// fp16 baseline vs fp64 on the same fp16 data (original frame). max_ctas > 0:
+// through a plan limited to that many CTAs (several chunks per CTA).
 template <int D, class Policy = attention::decode_policy>
-void fp16_baseline_test(const std::vector<int>& lens, int group, std::uint64_t seed) {
+void fp16_baseline_test(const std::vector<int>& lens, int group, std::uint64_t seed, int max_ctas = 0) {
   constexpr int PT = attention::fp16_kernel_traits<D>::page_tokens;
   const int S = static_cast<int>(lens.size()), H = 2, Hq = H * group;
   std::mt19937_64 rng(seed);
@@ -486,7 +487,16 @@ void fp16_baseline_test(const std::vector<int>& lens, int group, std::uint64_t s
   dbuf<std::uint8_t> ws(wsb);
   a.workspace = ws.p;
   a.workspace_bytes = wsb;
-  const status st = attention::paged_decode_fp16<D, Policy>(fv, a);
+  attention::decode_plan plan;
+  status st = status::success;
+  if (max_ctas > 0) {
+    plan.limit_ctas(max_ctas);
+    st = plan.plan_fp16<D, Policy>(fv, l32.data(), a);
+    check(st == status::success, "fp16 baseline plan");
+    if (st == status::success) st = plan.run_fp16<D, Policy>(fv, a);
+  } else {
+    st = attention::paged_decode_fp16<D, Policy>(fv, a);
+  }
   check(st == status::success, "fp16 baseline launch");
   ATTN_CUDA(cudaDeviceSynchronize());
   auto ho = dout.download();
@@ -506,7 +516,11 @@ void fp16_baseline_test(const std::vector<int>& lens, int group, std::uint64_t s
     }
   g_max_rel = std::max(g_max_rel, worst);
   char buf[160];
-  std::snprintf(buf, sizeof buf, "fp16 baseline D=%d group=%d: rel err vs fp64 %.2e (tol 1e-3)", D, group, worst);
+  if (max_ctas > 0)
+    std::snprintf(buf, sizeof buf, "fp16 baseline D=%d group=%d plan(%d CTAs, %d chunks): rel err vs fp64 %.2e (tol 1e-3)", D,
+                  group, plan.ctas(), plan.chunks(), worst);
+  else
+    std::snprintf(buf, sizeof buf, "fp16 baseline D=%d group=%d: rel err vs fp64 %.2e (tol 1e-3)", D, group, worst);
   check(finite && worst <= 1e-3, buf);
   std::printf("  %s\n", buf);
 }

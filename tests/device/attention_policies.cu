@@ -46,11 +46,16 @@ void policy_cases(const char* name, bool small) {
   attn_plan_test::plan_case<C, F>({0, 1, 127, 128, 129, 3 * 128 + 77, small ? 9 * 128 : 200 * 128 + 5}, 2, 4, true,
                                   none, 1, "k4v2_g128 ragged group 4");
   attn_plan_test::plan_case<C, F>({5, 1000, 0, 2 * 128 + 1}, 1, 16, true, none, 41, "k4v2_g128 group 16");
-  // Several chunks per CTA on the 8-row ring kernels.
+  // Several chunks per CTA (the barriers kept from chunk to chunk):
+  // the 8-row rings, the 16-row rings, the stage pool where the policy has one.
   attn_plan_test::plan_case<C, F>({0, 1, 127, 128, 129, 3 * 128 + 77, 40 * 128 + 5}, 2, 4, true, none, 61,
                                   "k4v2_g128 ragged, rings, 2 CTAs", false, 2, 0);
   attn_plan_test::plan_case<C, F>({5, 1000, 0, 2 * 128 + 1, 9 * 128}, 2, 8, false, attn_plan_test::mods{300, 2.0f}, 62,
                                   "k4v2_g128 group 8 window 300 + soft-cap 2, rings, 3 CTAs", false, 3, 0);
+  attn_plan_test::plan_case<C, F>({150 * 128 + 7, 140 * 128, 0}, 1, 16, true, none, 44,
+                                  "k4v2_g128 group 16, long, 3 CTAs", false, 3, 0);
+  attn_plan_test::plan_case<C, F>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, true, none, 6,
+                                  "k4v2_g128 long chunks, 3 CTAs", true, 3);
   attn_plan_test::plan_case<C, F>({1000, 1, 129, 5 * 128, 3000}, 2, 4, true, attn_plan_test::mods{200, 0.0f}, 11,
                                   "window 200");
   attn_plan_test::plan_case<C, F>({2000, 1, 256, 700}, 2, 8, true, attn_plan_test::mods{300, 2.0f}, 14,
@@ -59,9 +64,6 @@ void policy_cases(const char* name, bool small) {
                                          51, "k4v2_g128 multi-query ragged");
   attn_plan_test::graph_case<C, F>(small);
   if (!small) {
-    // Long chunks on 3 CTAs: the stage-pool kernel where the policy has one.
-    attn_plan_test::plan_case<C, F>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, true, none, 6,
-                                    "k4v2_g128 long chunks, 3 CTAs", true, 3);
     attn_plan_test::plan_case<k4v2_g128<256>, F>({700, 129, 20 * 128 + 3}, 1, 16, true, none, 43,
                                                  "k4v2_g128 D=256 group 16");
     attn_plan_test::mq_case<k4v2_g128<256>, half_t, F>({600, 2 * 128 + 1, 129}, {2, 2, 1}, 2, 1, 16, false, none, 54,
@@ -71,6 +73,7 @@ void policy_cases(const char* name, bool small) {
         "k2v2_g128 D=64 fp16_scales multi-query window + soft-cap");
   }
   fp16_baseline_test<128, F>({0, 1, 63, 64, 65, 700}, 4, 21);
+  fp16_baseline_test<128, F>({40 * 64 + 5, 3, 25 * 64}, 4, 24, 2);  // planned on 2 CTAs: several chunks per CTA
   if (!small) {
     fp16_baseline_test<64, F>({5, 300}, 1, 22);
     fp16_baseline_test<256, F>({129, 64}, 16, 23);

@@ -239,11 +239,6 @@ KVTILE_DEVICE void mbar_init(std::uint64_t* bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
 
-// Invalidates a barrier whose phases are all complete (before it is initialized again).
-KVTILE_DEVICE void mbar_inval(std::uint64_t* bar) {
-  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-
 // Makes initialized barriers visible to the async proxy (sm_90+; below, the
 // __syncthreads that follows the initialization orders it).
 KVTILE_DEVICE void mbar_init_fence() {
@@ -308,6 +303,21 @@ KVTILE_DEVICE void mbar_arrive(std::uint64_t* bar) {
                (asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");),
                (asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar))
                              : "memory");));
+}
+
+// Whether the phase of `bar` with the given parity (the current or the
+// preceding one) has completed; does not wait.
+KVTILE_DEVICE bool mbar_test(std::uint64_t* bar, std::uint32_t parity) {
+  std::uint32_t done;
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, p;\n"
+               "}\n"
+               : "=r"(done)
+               : "r"(smem_addr(bar)), "r"(parity)
+               : "memory");
+  return done != 0;
 }
 
 // Waits for the completion of the phase of `bar` with the given parity.

@@ -77,7 +77,7 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
   for (int ci = first; ci < first + count; ++ci) {
     const chunk_ref c = chunk_at(p, ci, cache.seq_lens, G);
     const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
-    init_barriers<nbars, Pool, Bulk>(bars, tickets, ci > first);
+    init_barriers<nbars, Pool, Bulk>(bars, tickets, ci == first);
     const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left, p.q_span);
     const int n_full = ts.len / G, tail = ts.len % G;
     const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
@@ -214,7 +214,7 @@ KVTILE_DEVICE void fp16_decode_body(const fp16_paged_cache_view& cache, const ke
   for (int ci = first; ci < first + count; ++ci) {
     const chunk_ref c = chunk_at(p, ci, cache.seq_lens, PT);
     const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
-    init_barriers<W * Stages, 0, Bulk>(bars, nullptr, ci > first);
+    init_barriers<W * Stages, 0, Bulk>(bars, nullptr, ci == first);
     load_queries<QT, D, W, false, false>(p, seq, kvh, qg, qn, nf, qf);
     __syncthreads();
 

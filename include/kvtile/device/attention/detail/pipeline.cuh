@@ -1,7 +1,7 @@
 // kvtile/device/attention/detail/pipeline.cuh: shared-memory plan and tile pipelines of the decode
 // kernels: the stage layout budget, the ring loop (W warps, 2 stages each),
 // the stage pool (W warps share S > W stages), the CTA's chunks (plan or grid)
-// and the barrier (re)initialization between chunks.
+// and the barriers' phases from chunk to chunk.
 #pragma once
 
 #include <cstddef>
@@ -290,19 +290,33 @@ KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int3
   return c;
 }
 
-// (Re)initializes the CTA's mbarriers (and pool tickets) before a chunk; the
-// previous chunk's phases are all complete (every issued copy was waited for).
-// Bulk: the load path (stage_arrivals).
+// Before each chunk (thread 0; the caller's __syncthreads follows): the stage
+// pool's tickets to 0 and the full barriers at parity 0. The barriers are
+// initialized once, before the first chunk. At a later chunk's start every
+// copy the previous chunk issued has been waited for, so a barrier whose
+// count of completed phases is odd (its parity-1 phase incomplete) gets an
+// empty phase, stage_skip once per expected arrival without a copy, which
+// thread 0 waits for. An mbarrier.inval + init between chunks instead made
+// compute-sanitizer's racecheck report the bulk copies on either side of it
+// (tests/device/ring_sync.cu, mode 4). Bulk: the load path (stage_arrivals).
 template <int NBars, int Pool, bool Bulk>
-KVTILE_DEVICE void init_barriers(std::uint64_t* bars, std::uint32_t* tickets, bool again) {
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < NBars; ++i) {
-      if (again) mbar_inval(bars + i);
-      mbar_init(bars + i, stage_arrivals<Bulk>);
-    }
-    for (int i = 0; i < Pool; ++i) tickets[i] = 0u;
+KVTILE_DEVICE void init_barriers(std::uint64_t* bars, std::uint32_t* tickets, bool first_chunk) {
+  if (threadIdx.x != 0) return;
+  if (first_chunk) {
+    for (int i = 0; i < NBars; ++i) mbar_init(bars + i, stage_arrivals<Bulk>);
     mbar_init_fence();
+  } else {
+    // Rolled loops: unrolled and merged with the first chunk's, they cost 4-8 B more
+    // spill loads in four of sm_90a's five quant kernels (ptxas, 2026-12-07).
+#pragma unroll 1
+    for (int i = 0; i < NBars; ++i) {
+      if (mbar_test(bars + i, 1u)) continue;
+#pragma unroll 1
+      for (std::uint32_t a = 0; a < stage_arrivals<Bulk>; ++a) stage_skip(bars + i);
+      mbar_wait(bars + i, 1u);
+    }
   }
+  for (int i = 0; i < Pool; ++i) tickets[i] = 0u;
 }
 
 }  // namespace attention::detail
