@@ -15,7 +15,7 @@
 // an "empty" mbarrier the second warp arrives on and the first waits for.
 // Modes 4 and 5 run two chunks per CTA (the planned kernels' form), each from
 // parity 0: 4 (with --reinit) invalidates and initializes the barriers again
-// between them; 5 (init_barriers' form) pads as mode 3 and, at the second
+// between them; 5 (pipeline.cuh's init_barriers) pads as mode 3 and, at the second
 // chunk's start, gives each barrier whose count of completed phases is odd an
 // empty phase (mbarrier arrive, no copy) that thread 0 waits for. Every mode's
 // sum must be exact (integer data). Racecheck (CUDA 13.0, H200, 2026-12-03)
@@ -33,6 +33,7 @@
 #include "gpu_codec_common.cuh"
 
 #include <kvtile/device/attention/detail/fragments.cuh>
+#include <kvtile/device/attention/detail/pipeline.cuh>
 
 #include <cstdio>
 #include <string>
@@ -70,12 +71,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_sync_kernel(const float* 
       }
       ad::mbar_init_fence();
     }
-    if (Mode == 5 && c > 0 && threadIdx.x == 0)  // init_barriers' form: an odd phase count gets an empty phase
-      for (int i = 0; i < kRings * kStages; ++i) {
-        if (ad::mbar_test(full + i, 1u)) continue;
-        ad::mbar_arrive(full + i);
-        ad::mbar_wait(full + i, 1u);
-      }
+    // the kernels' own reset: an odd phase count gets an empty phase (no tickets: Pool = 0)
+    if (Mode == 5 && c > 0) ad::init_barriers<kRings * kStages, 0, true>(full, nullptr, false);
     parity = 0;  // modes 4, 5: each chunk starts at parity 0 (inval + init, or an even phase count)
     __syncthreads();
     auto issue = [&](int j, int s) {
