@@ -531,6 +531,285 @@ __global__ void __launch_bounds__(128, MB) wg_kernel(const uint8_t* __restrict__
     }
 }
 
+// The tile in two passes of 64 tokens (pass mb: tokens 4u + 2mb + h): half
+// the A-operand and accumulator registers of wg_kernel, so that three CTAs
+// fit per SM; beta (the z_K wgmma) once per tile, in the first pass. The
+// passes' P^T puts token 4u + 2mb + h at K index 2u + h.
+template <int R, int S, int MB>
+__global__ void __launch_bounds__(128, MB) wg_half(const uint8_t* __restrict__ recs, const float* __restrict__ q, int T,
+                                                   int chunks, float* __restrict__ out_o, float* __restrict__ out_ml,
+                                                   int swap) {
+  constexpr int NC = R / 4;
+  extern __shared__ __align__(128) uint8_t sm[];
+  uint8_t* stage = sm;
+  __half* qhi = reinterpret_cast<__half*>(sm + S * REC);
+  __half* qlo = qhi + D * R;
+  __half* pt = qlo + D * R;
+  float* red = reinterpret_cast<float*>(pt + G * R);
+  float* zred = red + 4 * R;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(zred + 4 * R);
+
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int unit = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+  const int t0 = (int)((long long)T * chunk / chunks), t1 = (int)((long long)T * (chunk + 1) / chunks),
+            nt = t1 - t0;
+  const uint8_t* base = recs + ((size_t)unit * T + t0) * REC;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) mbar_init(&bars[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int s = 0; s < S && s < nt; ++s) load_record(stage + s * REC, base + (size_t)s * REC, &bars[s]);
+  for (int i = tid; i < R * D; i += 128) {
+    const int r = i / D, c = i % D;
+    const float x = q[((size_t)unit * R + r) * D + c];
+    const __half h = __float2half_rn(x);
+    const int o = ((c / 8) * R + r) * 8 + c % 8;
+    qhi[o] = h;
+    qlo[o] = __float2half_rn(x - __half2float(h));
+  }
+  fence_proxy_async();
+  __syncthreads();
+  const uint32_t qlbo = R * 16, qsbo = 128;
+  auto desc = [&](const void* p) { return swap ? make_desc(p, qsbo, qlbo) : make_desc(p, qlbo, qsbo); };
+  const uint64_t dqh0 = desc(qhi), dql0 = desc(qlo), dpt0 = desc(pt);
+  constexpr uint64_t kstep = (2 * R * 16) >> 4;
+
+  float O[2][R / 2];
+#pragma unroll
+  for (int i = 0; i < R / 2; ++i) O[0][i] = O[1][i] = 0.f;
+  float mref[NC], lsum[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    mref[c] = -INFINITY;
+    lsum[c] = 0.f;
+  }
+  const int u = 8 * w + g, vch = 4 * w + g / 2, vshift = 8 * (g & 1);
+
+  for (int i = 0; i < nt; ++i) {
+    const int s = i % S;
+    const uint8_t* rec = stage + s * REC;
+    mbar_wait(&bars[s], (i / S) & 1);
+    const float4 vs = *reinterpret_cast<const float4*>(rec + OFF_VS);
+    float tt[4], av[4], cv[4];
+    e4m3x4(*reinterpret_cast<const uint32_t*>(rec + OFF_TK + 4 * u), tt);
+    e4m3x4(*reinterpret_cast<const uint32_t*>(rec + OFF_AV + 4 * u), av);
+    e4m3x4(*reinterpret_cast<const uint32_t*>(rec + OFF_CV + 8 * vch + 4 * (g & 1)), cv);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      av[k] *= 1.0f / 256.0f;
+      tt[k] *= vs.y;
+    }
+    const uint2 zvw = *reinterpret_cast<const uint2*>(rec + OFF_ZV + 8 * u);
+    const float zv[4] = {__low2float(*reinterpret_cast<const __half2*>(&zvw.x)),
+                         __high2float(*reinterpret_cast<const __half2*>(&zvw.x)),
+                         __low2float(*reinterpret_cast<const __half2*>(&zvw.y)),
+                         __high2float(*reinterpret_cast<const __half2*>(&zvw.y))};
+    const float cA = vs.x * 256.0f;
+    float accz[R / 2];
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+      // ---- QK of the pass's 64 tokens (and beta in the first pass)
+      uint32_t ak[D / 16][4], az[D / 16][2];
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int c0 = 16 * kk + 2 * t;
+        const uint32_t xa = *reinterpret_cast<const uint16_t*>(rec + OFF_KC + c0 * 64 + 2 * u);
+        const uint32_t ya = *reinterpret_cast<const uint16_t*>(rec + OFF_KC + (c0 + 1) * 64 + 2 * u);
+        const uint32_t xb = *reinterpret_cast<const uint16_t*>(rec + OFF_KC + (c0 + 8) * 64 + 2 * u);
+        const uint32_t yb = *reinterpret_cast<const uint16_t*>(rec + OFF_KC + (c0 + 9) * 64 + 2 * u);
+        const uint32_t sa =
+            hmul2(e4m3x2_to_h2(*reinterpret_cast<const uint16_t*>(rec + OFF_AK + c0)), 0x1C001C00u);
+        const uint32_t sb =
+            hmul2(e4m3x2_to_h2(*reinterpret_cast<const uint16_t*>(rec + OFF_AK + c0 + 8)), 0x1C001C00u);
+        const uint32_t sa4 = hmul2(sa, 0x2C002C00u), ba0 = hmul2(sa, 0xE400E400u), ba4 = hmul2(sa, 0xD400D400u);
+        const uint32_t sb4 = hmul2(sb, 0x2C002C00u), bb0 = hmul2(sb, 0xE400E400u), bb4 = hmul2(sb, 0xD400D400u);
+        const uint32_t pa = prmt(xa, ya, 0x5410u) >> (8 * mb), pb = prmt(xb, yb, 0x5410u) >> (8 * mb);
+        ak[kk][0] = hfma2(and_or<0x000F000Fu>(pa, 0x64006400u), sa, ba0);
+        ak[kk][1] = hfma2(and_or<0x00F000F0u>(pa, 0x64006400u), sa4, ba4);
+        ak[kk][2] = hfma2(and_or<0x000F000Fu>(pb, 0x64006400u), sb, bb0);
+        ak[kk][3] = hfma2(and_or<0x00F000F0u>(pb, 0x64006400u), sb4, bb4);
+        if (mb == 0) {
+          az[kk][0] = *reinterpret_cast<const uint32_t*>(rec + OFF_ZK + 2 * c0);
+          az[kk][1] = *reinterpret_cast<const uint32_t*>(rec + OFF_ZK + 2 * (c0 + 8));
+        }
+      }
+      float acc[R / 2];
+      wg_fence();
+      fence_regs(acc);
+      if (mb == 0) fence_regs(accz);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint64_t dh = dqh0 + kk * kstep, dl = dql0 + kk * kstep;
+        WG<R>::mma(acc, ak[kk], dh, kk > 0);
+        WG<R>::mma(acc, ak[kk], dl, 1);
+        if (mb == 0) {
+          const uint32_t zz[4] = {az[kk][0], az[kk][0], az[kk][1], az[kk][1]};
+          WG<R>::mma(accz, zz, dh, kk > 0);
+          WG<R>::mma(accz, zz, dl, 1);
+        }
+      }
+      wg_commit();
+      wg_wait0();
+      fence_regs(acc);
+      if (mb == 0) fence_regs(accz);
+      // ---- scores, stale maximum
+      float lmax[NC];
+#pragma unroll
+      for (int c = 0; c < NC; ++c) lmax[c] = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < R / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int k = 2 * mb + (e >> 1), c = 2 * j + (e & 1);
+          const float x = tt[k] * fmaf(cA, acc[4 * j + e], accz[4 * j + (e & 1)]);
+          acc[4 * j + e] = x;
+          lmax[c] = fmaxf(lmax[c], x);
+        }
+      bool need = false;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) need |= lmax[c] > mref[c] + 8.0f;
+      if (bar_or(1, need)) {
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+#pragma unroll
+          for (int o = 4; o < 32; o <<= 1) lmax[c] = fmaxf(lmax[c], __shfl_xor_sync(0xffffffffu, lmax[c], o));
+        }
+        if (g == 0)
+#pragma unroll
+          for (int c = 0; c < NC; ++c) red[(8 * (c / 2) + 2 * t + (c & 1)) * 4 + w] = lmax[c];
+        bar_sync(2);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          const float4 m4 = *reinterpret_cast<const float4*>(red + (8 * (c / 2) + 2 * t + (c & 1)) * 4);
+          const float mn = fmaxf(fmaxf(mref[c], fmaxf(m4.x, m4.y)), fmaxf(m4.z, m4.w));
+          const float al = ex2(mref[c] - mn);
+          mref[c] = mn;
+          lsum[c] *= al;
+#pragma unroll
+          for (int db = 0; db < 2; ++db) {
+            O[db][4 * (c / 2) + (c & 1)] *= al;
+            O[db][4 * (c / 2) + 2 + (c & 1)] *= al;
+          }
+        }
+      }
+      // ---- P^T of the pass (token 4u + 2mb + h at K index 2u + h)
+      float zsum[NC];
+#pragma unroll
+      for (int c = 0; c < NC; ++c) zsum[c] = 0.f;
+#pragma unroll
+      for (int j = 0; j < R / 8; ++j)
+#pragma unroll
+        for (int e1 = 0; e1 < 2; ++e1) {
+          const int c = 2 * j + e1, r = 8 * j + 2 * t + e1;
+          const float p0 = ex2(acc[4 * j + e1] - mref[c]), p1 = ex2(acc[4 * j + 2 + e1] - mref[c]);
+          lsum[c] += p0 + p1;
+          zsum[c] = fmaf(p0, zv[2 * mb], fmaf(p1, zv[2 * mb + 1], zsum[c]));
+          *reinterpret_cast<uint32_t*>(pt + ((u / 4) * R + r) * 8 + 2 * (u % 4)) =
+              pack_h2(p0 * av[2 * mb], p1 * av[2 * mb + 1]);
+        }
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) zsum[c] += __shfl_xor_sync(0xffffffffu, zsum[c], o);
+      }
+      if (g == 0)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) zred[(8 * (c / 2) + 2 * t + (c & 1)) * 4 + w] = zsum[c];
+      fence_proxy_async();
+      bar_sync(3);
+      if (mb == 0 && tid == 0 && i >= 1 && i - 1 + S < nt) {
+        fence_proxy_async();
+        const int sp = (i - 1) % S;
+        load_record(stage + sp * REC, base + (size_t)(i - 1 + S) * REC, &bars[sp]);
+      }
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        const float4 z4 = *reinterpret_cast<const float4*>(zred + (8 * (c / 2) + 2 * t + (c & 1)) * 4);
+        zsum[c] = (z4.x + z4.y) + (z4.z + z4.w);
+      }
+      // ---- PV of the pass: K index 2u' + h' of k-step kt is token 4u' + 2mb + h', u' = 8kt + (0..7)
+      uint32_t va[2][G / 32][4];
+#pragma unroll
+      for (int kt = 0; kt < G / 32; ++kt) {
+        const int T0 = 32 * kt + 4 * t + 2 * mb, T1 = T0 + 16;
+        const uint32_t x0 = *reinterpret_cast<const uint16_t*>(rec + OFF_VC + T0 * 32 + 2 * vch);
+        const uint32_t y0 = *reinterpret_cast<const uint16_t*>(rec + OFF_VC + (T0 + 1) * 32 + 2 * vch);
+        const uint32_t x1 = *reinterpret_cast<const uint16_t*>(rec + OFF_VC + T1 * 32 + 2 * vch);
+        const uint32_t y1 = *reinterpret_cast<const uint16_t*>(rec + OFF_VC + (T1 + 1) * 32 + 2 * vch);
+        const uint32_t p0 = prmt(x0, y0, 0x5410u) >> vshift, p1 = prmt(x1, y1, 0x5410u) >> vshift;
+        va[0][kt][0] = p0 & 0x00030003u;
+        va[0][kt][1] = p0 & 0x000C000Cu;
+        va[0][kt][2] = p1 & 0x00030003u;
+        va[0][kt][3] = p1 & 0x000C000Cu;
+        va[1][kt][0] = p0 & 0x00300030u;
+        va[1][kt][1] = p0 & 0x00C000C0u;
+        va[1][kt][2] = p1 & 0x00300030u;
+        va[1][kt][3] = p1 & 0x00C000C0u;
+      }
+      float ot[2][R / 2];
+      wg_fence();
+      fence_regs(ot[0]);
+      fence_regs(ot[1]);
+#pragma unroll
+      for (int kt = 0; kt < G / 32; ++kt) {
+        const uint64_t dp = dpt0 + kt * kstep;
+        WG<R>::mma(ot[0], va[0][kt], dp, kt > 0);
+        WG<R>::mma(ot[1], va[1][kt], dp, kt > 0);
+      }
+      wg_commit();
+      wg_wait0();
+      fence_regs(ot[0]);
+      fence_regs(ot[1]);
+#pragma unroll
+      for (int db = 0; db < 2; ++db)
+#pragma unroll
+        for (int h8 = 0; h8 < 2; ++h8) {
+          const int kq = 2 * db + h8;
+          const float c2 = cv[kq] * vs.z, c1 = c2 * vs.w * 256.0f * (float)(1u << (24 - 2 * kq));
+#pragma unroll
+          for (int j = 0; j < R / 8; ++j)
+#pragma unroll
+            for (int e1 = 0; e1 < 2; ++e1) {
+              float& o = O[db][4 * j + 2 * h8 + e1];
+              o = fmaf(c1, ot[db][4 * j + 2 * h8 + e1], fmaf(c2, zsum[2 * j + e1], o));
+            }
+        }
+      bar_sync(4);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) lsum[c] += __shfl_xor_sync(0xffffffffu, lsum[c], o);
+  }
+  if (g == 0)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) zred[(8 * (c / 2) + 2 * t + (c & 1)) * 4 + w] = lsum[c];
+  __syncthreads();
+  float* oo = out_o + (size_t)blockIdx.x * R * D;
+#pragma unroll
+  for (int db = 0; db < 2; ++db)
+#pragma unroll
+    for (int h8 = 0; h8 < 2; ++h8)
+#pragma unroll
+      for (int j = 0; j < R / 8; ++j)
+#pragma unroll
+        for (int e1 = 0; e1 < 2; ++e1) {
+          const int r = 8 * j + 2 * t + e1, ch = 8 * vch + 4 * (g & 1) + 2 * db + h8;
+          oo[r * D + ch] = O[db][4 * j + 2 * h8 + e1];
+        }
+  if (w == 0 && g == 0)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const int r = 8 * (c / 2) + 2 * t + (c & 1);
+      const float4 l4 = *reinterpret_cast<const float4*>(zred + r * 4);
+      out_ml[((size_t)blockIdx.x * R + r) * 2 + 0] = mref[c];
+      out_ml[((size_t)blockIdx.x * R + r) * 2 + 1] = (l4.x + l4.y) + (l4.z + l4.w);
+    }
+}
+
 template <int R, int S>
 constexpr int smem_bytes() {
   return S * REC + 2 * Smem<R>::qbytes + Smem<R>::pbytes + 2 * 4 * R * 4 + S * 8;
@@ -627,9 +906,19 @@ static bool selftest(int swap) {
   return bad == 0;
 }
 
+// F & 8: wg_half (the other bits unused there)
+template <int R, int S, int MB, int F>
+constexpr auto kernel_of() {
+  if constexpr ((F & 8) != 0) {
+    return wg_half<R, S, MB>;
+  } else {
+    return wg_kernel<R, S, MB, F>;
+  }
+}
+
 template <int R, int S, int MB = 1, int F = 0>
 static void configure() {
-  CK(cudaFuncSetAttribute(wg_kernel<R, S, MB, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<R, S>()));
+  CK(cudaFuncSetAttribute(kernel_of<R, S, MB, F>(), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<R, S>()));
 }
 
 // Checks the kernel against fp64 on `units` units of T tiles in `chunks` chunks.
@@ -651,7 +940,7 @@ static double check(int units, int T, int chunks, int swap) {
   CK(cudaMalloc(&dml, (size_t)units * chunks * R * 2 * 4));
   CK(cudaMemcpy(drec, recs.data(), recs.size(), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
-  wg_kernel<R, S, MB, F><<<units * chunks, 128, smem_bytes<R, S>()>>>(drec, dq, T, chunks, dO, dml, swap);
+  kernel_of<R, S, MB, F>()<<<units * chunks, 128, smem_bytes<R, S>()>>>(drec, dq, T, chunks, dO, dml, swap);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   std::vector<float> O((size_t)units * chunks * R * D), ml((size_t)units * chunks * R * 2);
@@ -714,7 +1003,7 @@ static float time_it(const uint8_t* drec, const float* dq, int units, int T, int
   for (int it = 0; it < iters + 3; ++it) {
     CK(cudaMemsetAsync(flush, it & 0xff, flush_bytes));
     CK(cudaEventRecord(a));
-    wg_kernel<R, S, MB, F><<<units * chunks, 128, smem_bytes<R, S>()>>>(drec, dq, T, chunks, dO, dml, swap);
+    kernel_of<R, S, MB, F>()<<<units * chunks, 128, smem_bytes<R, S>()>>>(drec, dq, T, chunks, dO, dml, swap);
     CK(cudaEventRecord(b));
     CK(cudaEventSynchronize(b));
     float ms;
@@ -749,6 +1038,10 @@ int main(int argc, char** argv) {
   worst = std::max(worst, check<16, 4, 1, 3>(2, 5, 2, swap));
   worst = std::max(worst, check<8, 4, 1, 3>(2, 5, 2, swap));
   worst = std::max(worst, check<32, 3, 1, 3>(1, 7, 1, swap));
+  worst = std::max(worst, check<32, 4, 1, 8>(2, 5, 2, swap));
+  worst = std::max(worst, check<32, 3, 3, 8>(2, 5, 2, swap));
+  worst = std::max(worst, check<16, 3, 3, 8>(2, 5, 2, swap));
+  worst = std::max(worst, check<8, 3, 3, 8>(1, 7, 1, swap));
   const double nolo = std::max(check<32, 4, 1, 7>(2, 5, 2, swap), check<16, 4, 1, 7>(2, 5, 2, swap));
   std::printf("no-lo (F=7) relative error %.3e (random records: no outlier channels)\n", nolo);
   }
@@ -782,6 +1075,7 @@ int main(int argc, char** argv) {
   if (prof) {
     std::printf("R=32 F=0 %.1f us\n", time_it<32, 4, 1, 0>(drec, dq, units, T, 2, flush, flush_bytes, iters, swap));
     std::printf("R=16 F=1 %.1f us\n", time_it<16, 4, 1, 1>(drec, dq, units, T, 2, flush, flush_bytes, iters, swap));
+    std::printf("R=32 half, 3 CTAs/SM %.1f us\n", time_it<32, 3, 3, 8>(drec, dq, units, T, 3, flush, flush_bytes, iters, swap));
     return 0;
   }
   for (int chunks : {2, 4}) {
@@ -803,14 +1097,23 @@ int main(int argc, char** argv) {
     std::printf("chunks %d: R=32 F=0 %.1f  F=1 %.1f  F=2 %.1f  F=3 %.1f  F=4 %.1f  F=7 %.1f us\n", chunks, b0, b1, b2, b3,
                 b4, b7);
   }
+  for (int chunks : {2, 3, 4}) {
+    const float h32a = time_it<32, 4, 1, 8>(drec, dq, units, T, chunks, flush, flush_bytes, iters, swap);
+    const float h32b = time_it<32, 3, 3, 8>(drec, dq, units, T, chunks, flush, flush_bytes, iters, swap);
+    const float h16 = time_it<16, 3, 3, 8>(drec, dq, units, T, chunks, flush, flush_bytes, iters, swap);
+    const float h8 = time_it<8, 3, 3, 8>(drec, dq, units, T, chunks, flush, flush_bytes, iters, swap);
+    std::printf("half passes, chunks %d: R=32 2 CTAs/SM %.1f us, R=32 3 CTAs/SM %.1f us, R=16 3 CTAs/SM %.1f us, R=8 3 CTAs/SM %.1f us\n",
+                chunks, h32a, h32b, h16, h8);
+  }
   // GQA 16 at (8, 128, 8, 128, 32K): 64 units x 256 tiles, R = 16
   for (int chunks : {4, 8}) {
     if (n < (size_t)64 * 256) break;
     const float a = time_it<16, 4, 1, 0>(drec, dq, 64, 256, chunks, flush, flush_bytes, iters, swap);
     const float b = time_it<16, 4, 1, 3>(drec, dq, 64, 256, chunks, flush, flush_bytes, iters, swap);
     const float c = time_it<16, 4, 1, 7>(drec, dq, 64, 256, chunks, flush, flush_bytes, iters, swap);
-    std::printf("GQA16 (8,128,8,128,32K) as 64 units x 256 tiles, R=16, chunks %d: F=0 %.1f us, F=3 %.1f us, F=7 %.1f us\n",
-                chunks, a, b, c);
+    const float d = time_it<16, 3, 3, 8>(drec, dq, 64, 256, chunks, flush, flush_bytes, iters, swap);
+    std::printf("GQA16 (8,128,8,128,32K) as 64 units x 256 tiles, R=16, chunks %d: F=0 %.1f us, F=3 %.1f us, F=7 %.1f us, half 3 CTAs/SM %.1f us\n",
+                chunks, a, b, c, d);
   }
   return worst < 1e-3 ? 0 : 2;
 }
