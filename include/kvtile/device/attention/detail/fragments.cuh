@@ -322,24 +322,17 @@ KVTILE_DEVICE bool mbar_test(std::uint64_t* bar, std::uint32_t parity) {
 
 // Waits for the completion of the phase of `bar` with the given parity.
 KVTILE_DEVICE void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
-  const std::uint32_t a = smem_addr(bar);
   NV_IF_TARGET(NV_PROVIDES_SM_90,
                (asm volatile("{\n"
                              ".reg .pred done;\n"
                              "WAIT_%=:\n"
                              "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
                              "@!done bra WAIT_%=;\n"
-                             "}\n" ::"r"(a),
+                             "}\n" ::"r"(smem_addr(bar)),
                              "r"(parity)
                              : "memory");),
-               (asm volatile("{\n"
-                             ".reg .pred done;\n"
-                             "WAIT_%=:\n"
-                             "mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
-                             "@!done bra WAIT_%=;\n"
-                             "}\n" ::"r"(a),
-                             "r"(parity)
-                             : "memory");));
+               (while (!mbar_test(bar, parity)) {
+               }));
 }
 
 }  // namespace attention::detail
