@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# call D1 (2026-12-07): the warp-specialized wgmma prototype wg_ws.cu (this folder), built as build_carry/ws/wg_ws with
+# call D1 (2026-12-07): the warp-specialized wgmma prototype wg_ws.cu (../2026-12-07-h100-wgmma-mq/wg_proto.cu
+#   patched with wg_ws.diff of this folder), built as build_carry/ws/wg_ws with
 #   nvcc -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a -o build_carry/ws/wg_ws wg_ws.cu
 # and main's device binaries (19c6760) in build_carry/w6. On an H200 it would also have run main's suites and standard set (it came on an H100).
 set -u
