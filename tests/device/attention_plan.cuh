@@ -156,6 +156,69 @@ void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const 
   }
 }
 
+// Tail pieces (decode_policy::steal_tail_tiles): a stage-pool plan whose
+// chunks' tails other CTAs may take, run twice without a new plan (the claim
+// words reset by the last CTA), both runs checked against the reference.
+// Then sequence `shorten` is cut on the device (and in the reference) to
+// 20 tiles + 7 tokens, so its CTA finishes early and takes pieces of the
+// others (theft: pieces whose slot holds a partial with rows, not the
+// owner's empty one), run twice more. require_theft: at least one piece must
+// have been taken (not under the sanitizers, whose timing may run the CTAs
+// one after another).
+template <class Codec, class Policy = attention::decode_policy>
+void steal_case(std::vector<int> lens, int kv_heads, int group, int max_ctas, std::uint64_t seed, const char* name,
+                int shorten, bool require_theft) {
+  case_cfg c;
+  c.num_seqs = static_cast<int>(lens.size());
+  c.kv_heads = kv_heads;
+  c.group = group;
+  c.sink = true;
+  c.lens = lens;
+  std::mt19937_64 rng(seed);
+  quant_cache<Codec> qc;
+  original_kv orig;
+  build_cache<Codec>(c, rng, qc, orig);
+  step<Codec> st(qc, kv_heads * group, rng, mods{});
+  attention::decode_plan plan;
+  plan.limit_ctas(max_ctas);
+  status s = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), st.a);
+  check(s == status::success, std::string(name) + ": plan returns success (" + to_string(s) + ")");
+  const auto& sc = plan.last_schedule();
+  check(plan.stage_pool() && sc.cuts > 0 && sc.tail_pieces > 0, std::string(name) + ": the stage pool with tail pieces");
+  // The pieces' slots: m of row 0 (finite: the piece ran on another CTA; -inf: kept, the owner's empty partial).
+  const attention::detail::ws_layout L = attention::detail::layout_for(
+      c.num_seqs, kv_heads, st.a.q_heads, 0, plan.ctas(), Codec::D, attention::detail::max_group, 1);
+  const int slot_rows = std::min(group, attention::detail::max_group);
+  auto taken = [&] {
+    std::vector<float> ml(static_cast<std::size_t>(L.chunks) * slot_rows * 2);
+    ATTN_CUDA(cudaMemcpy(ml.data(), st.ws.p + L.ml, ml.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    int n = 0;
+    for (int i = sc.cta_begin[plan.ctas()]; i < sc.cta_begin[plan.ctas() + 1]; ++i)
+      n += ml[2 * static_cast<std::size_t>(sc.items[i].slot) * slot_rows] != -INFINITY;
+    return n;
+  };
+  const int pieces = sc.cta_begin[plan.ctas() + 1] - sc.cta_begin[plan.ctas()];
+  int stolen = 0;
+  for (int run = 0; run < 4; ++run) {
+    if (run == 2) {
+      qc.lens[shorten] = 20 * Codec::G + 7;
+      ATTN_CUDA(cudaMemcpy(qc.d_lens.p, qc.lens.data(), qc.lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+    }
+    st.poison();
+    s = plan.run<Codec, Policy>(qc.view(), st.a);
+    check(s == status::success, std::string(name) + ": run returns success (" + to_string(s) + ")");
+    ATTN_CUDA(cudaDeviceSynchronize());
+    const int t = taken();
+    if (run >= 2) stolen += t;
+    char buf[300];
+    std::snprintf(buf, sizeof buf, "%s D=%d group=%d plan(%d CTAs, %d chunks, %d pieces) run %d%s: %d pieces taken", name,
+                  Codec::D, group, plan.ctas(), plan.chunks(), pieces, run + 1, run >= 2 ? " (one sequence cut)" : "",
+                  t);
+    check_step<Codec>(qc, st, mods{}, buf);
+  }
+  if (require_theft) check(stolen > 0, std::string(name) + ": a CTA that finished early took pieces");
+}
+
 // A plan and the one-call path on separate workspaces: the one-call launch
 // between plan and run leaves the plan's work list intact (the contract of
 // docs/attention.md, "Workspaces": one workspace per plan, another for

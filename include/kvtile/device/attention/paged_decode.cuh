@@ -106,6 +106,14 @@ struct decode_policy_sm90 {
   // (the one-call paged_decode: a single split and max_pages_per_seq at least this). 16 was 4-10%
   // slower on ragged batches, 64 x 8K and 128 x 4K (H200 2026-12-06, docs/attention.md "Schedule").
   static constexpr int pool_min_tiles = 128;
+  // Tail pieces: a stage-pool step's chunks of at least 2 x steal_tail_tiles stay whole on their
+  // CTA, and their last steal_tail_tiles, in pieces of steal_piece_tiles (at most 4), may be taken
+  // by CTAs whose own chunks are done; the owner keeps every piece nobody took before it got there
+  // (docs/attention.md "Schedule"). SMs do not run equally fast: at 16 x 64K the slowest 1.16-1.27x
+  // the mean on the H100 (bench/results/2026-12-07-h100-pool-stages.md). 0: off. Not with
+  // fused_merge, and only where steal_tail_tiles is at least the pool's stage count.
+  static constexpr int steal_tail_tiles = 128;
+  static constexpr int steal_piece_tiles = 64;
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
   // On: 8% faster at GQA 16 (8, 128, 8, 128, 32K), 3-9% with 4 or 8 new tokens per sequence, equal at
@@ -642,9 +650,15 @@ class decode_plan {
                                  decltype(tag)::type::fused_merge);
                 b != status::success)
               return b;
+            using P = typename decltype(tag)::type;
             if (fresh)
               pool_ = tr::pool > 0 && rows == detail::max_group && sched_.chunks > 0 &&
-                      total_tiles_ >= static_cast<long long>(decltype(tag)::type::pool_min_tiles) * sched_.chunks;
+                      total_tiles_ >= static_cast<long long>(P::pool_min_tiles) * sched_.chunks;
+            // The same chunks with tail pieces: stage-pool steps of a policy without the fused merge.
+            if (pool_ && P::steal_tail_tiles >= tr::pool && tr::pool > detail::tail_words && !P::fused_merge)
+              return build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
+                           tr::rings_for(all), Codec::D, rows, host_qo_indptr, P::fused_merge, P::steal_tail_tiles,
+                           P::steal_piece_tiles);
             return status::success;
           }
         });
@@ -670,7 +684,8 @@ class decode_plan {
                                  } else {
                                    const detail::kernel_params p = detail::make_params(
                                        cache.kv_heads, a, 1, tr::max_len(cache), layout_, true,
-                                       tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads)), P::fused_merge);
+                                       tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads)), P::fused_merge,
+                                       sched_.tail_pieces, sched_.piece_tiles, sched_.cuts);
                                    return detail::launch_quant<Codec, P, QT>(cache, a, pool_, dim3(ctas_), p, stream);
                                  }
                                });
@@ -769,7 +784,7 @@ class decode_plan {
   template <class QT>
   status build(int num_seqs, int kv_heads, const std::int32_t* lens, const decode_args<QT>& a, int T, int max_len,
                int ctas, int rings, int d, int rows = detail::max_group, const std::int32_t* host_qo_indptr = nullptr,
-               bool empty_chunks = false) {
+               bool empty_chunks = false, int steal_tail = 0, int steal_piece = 0) {
     const int span = detail::q_span_of(a), all = detail::rows_per_kv_head(a, kv_heads);
     detail::schedule_request r;
     r.seq_lens = lens;
@@ -792,6 +807,9 @@ class decode_plan {
     r.forced_splits = a.num_splits;
     r.empty_chunks = empty_chunks;
     layout_ = detail::layout_for(num_seqs, kv_heads, a.q_heads, a.num_splits, ctas, d, rows, span);
+    r.steal_tail = steal_tail;
+    r.steal_piece = steal_piece;
+    r.chunk_limit = layout_.chunks;
     sched_ = detail::make_schedule(r);
     if (sched_.chunks > layout_.chunks) return status::invalid_argument;  // cannot happen (max_chunks)
     total_tiles_ = 0;
@@ -802,10 +820,13 @@ class decode_plan {
 
   template <class QT>
   status upload(const decode_args<QT>& a, cudaStream_t stream) {
-    // One copy of [work list | CTA ranges | spans], laid out as in the workspace.
+    // One copy of [work list | tail_of | CTA ranges | spans | counters, claims (zeros)], laid out as in
+    // the workspace.
     const std::size_t n = layout_.bytes - layout_.work;
     staging_.assign(n, 0);
     std::memcpy(staging_.data(), sched_.items.data(), sched_.items.size() * sizeof(detail::work_item));
+    std::memcpy(staging_.data() + (layout_.tails - layout_.work), sched_.tail_of.data(),
+                sched_.tail_of.size() * sizeof(std::int32_t));
     std::memcpy(staging_.data() + (layout_.cta - layout_.work), sched_.cta_begin.data(),
                 sched_.cta_begin.size() * sizeof(std::int32_t));
     std::memcpy(staging_.data() + (layout_.spans - layout_.work), sched_.spans.data(),

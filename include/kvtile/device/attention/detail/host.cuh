@@ -65,10 +65,12 @@ int rows_per_kv_head(const decode_args<QT>& a, int kv_heads) {
   return q_span_of(a) * (a.q_heads / kv_heads);
 }
 
-// fused: merge in the attention kernel (planned launches of a fused_merge policy).
+// fused: merge in the attention kernel (planned launches of a fused_merge policy);
+// tail_pieces, piece_tiles, tail_cuts: the plan's schedule (tail pieces; 0: none).
 template <class QT>
 kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, int max_len, const ws_layout& L,
-                          bool planned, int unit_rows = max_group, bool fused = false) {
+                          bool planned, int unit_rows = max_group, bool fused = false, int tail_pieces = 0,
+                          int piece_tiles = 0, int tail_cuts = 0) {
   kernel_params p{};
   p.q = a.q;
   p.q_heads = a.q_heads;
@@ -92,6 +94,11 @@ kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, in
   p.cta_begin = planned ? reinterpret_cast<const std::int32_t*>(base + L.cta) : nullptr;
   p.spans = planned ? reinterpret_cast<const unit_span*>(base + L.spans) : nullptr;
   p.counters = planned && fused ? reinterpret_cast<std::int32_t*>(base + L.counters) : nullptr;
+  p.tail_of = planned ? reinterpret_cast<const std::int32_t*>(base + L.tails) : nullptr;
+  p.claims = planned ? reinterpret_cast<std::int32_t*>(base + L.claims) : nullptr;
+  p.tail_pieces = planned ? tail_pieces : 0;
+  p.piece_tiles = planned ? piece_tiles : 0;
+  p.tail_cuts = planned ? tail_cuts : 0;
   p.out = a.out;
   p.lse = a.lse;
   return p;

@@ -74,13 +74,24 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
 
   int first = 0;
   const int count = chunk_count(p, first);
-  for (int ci = first; ci < first + count; ++ci) {
+  // Stage-pool kernels: the CTA's own chunks, then tail pieces it takes (pipeline.cuh, "Tail pieces";
+  // the plan lists pieces only for pool steps). The barrier area's second half: the pool's Pool
+  // tickets, the tail words (tw) and, in its last word, the next chunk's index.
+  constexpr bool Tails = Pool > tail_words;  // the tail words fit the barrier area's second half
+  static_assert(!Tails || Pool + tail_words < 2 * nbars, "the tail words fit the barrier area");
+  int* const tw = reinterpret_cast<int*>(tickets + Pool);
+  // One chunk: ci (its work list index), own (one of the CTA's own chunks, not a taken piece).
+  auto chunk = [&](int ci, bool first_chunk, bool own) {
     const chunk_ref c = chunk_at(p, ci, cache.seq_lens, G);
     const int seq = c.seq, kvh = c.u / p.qgroups, qg = c.u % p.qgroups;
-    init_barriers<nbars, Pool, Bulk>(bars, tickets, ci == first);
+    init_barriers<nbars, Pool, Bulk>(bars, tickets, first_chunk);
     const tile_span ts = tile_range(cache.seq_lens[seq], G, p.max_len, p.window_left, p.q_span);
     const int n_full = ts.len / G, tail = ts.len % G;
     const int j0 = max(c.j0, ts.jlo), j1 = min(c.j1, ts.n_tiles);
+    // A cut chunk of the CTA's own: its pieces start at local tile tw[tw_base] (shared memory, so
+    // that the tile loop holds no register for it).
+    const int cut = Tails && own && p.tail_pieces > 0 ? p.tail_of[ci] : -1;
+    if (Tails && threadIdx.x == 0) start_tail(p, cut, c.j1 - p.tail_pieces * p.piece_tiles - j0, Pool, tw);
     const bool sink = cache.has_sink();
     const std::int32_t* ptab = cache.page_table + static_cast<std::int64_t>(seq) * cache.max_pages_per_seq;
     auto is_quant = [&](int j) { return j < n_full && !(sink && j == 0); };
@@ -161,7 +172,16 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
       return false;
     };
     if constexpr (Pool > 0) {
-      pool_loop<W, Pool, Bulk>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src, run);
+      // Whether tile k (local; a piece's from tw[tw_base] on) is run here; lane 0 decides, warp-uniform.
+      auto keep = [&](int k, int* w) -> bool {
+        const int base = reinterpret_cast<const volatile int*>(w)[tw_base];
+        if (k < base) return true;
+        int s = 0;
+        if (lane == 0) s = decide_piece(p, (k - base) / p.piece_tiles, base, w);
+        return __shfl_sync(0xffffffffu, s, 0) == 1;
+      };
+      pool_loop<W, Pool, Bulk, Tails>(j0, j1, sink && j0 == 0, stages, plan::stage_bytes, bars, tickets, stage_src,
+                                      run, keep);
     } else {
       warp_loop<R, H * NB, Stages, Bulk, false>(j0, j1, stages, plan::stage_bytes, bars, stage_src, run);
     }
@@ -181,8 +201,43 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
     if constexpr (P::fused_merge) {
       if (p.counters && !sole) finish_chunk<QT, D, true, W>(p, seq, c.u, stages);  // planned: the fused merge
     }
+    if (Tails && tw[tw_cut] >= 0) {  // block-uniform (written before the chunk's first __syncthreads)
+      if (threadIdx.x == 0) close_tail(p, tw);
+      __syncthreads();
+      write_kept_pieces<D, W * 32>(p, c.slot, tw);
+    }
     fence_proxy_async();  // the stage area was scratch (generic proxy) before the next chunk's bulk copies
-    __syncthreads();
+  };
+  if constexpr (!Tails) {
+    for (int ci = first; ci < first + count; ++ci) {
+      chunk(ci, ci == first, true);
+      __syncthreads();
+    }
+  } else {
+    // One call of chunk (its code once): the CTA's own chunks, then pieces while any is free.
+    int* const next_slot = reinterpret_cast<int*>(bars + nbars) + 2 * nbars - 1;
+    const bool tails = p.tail_pieces > 0;
+    int ci = first;
+    if (count == 0) {
+      if (tails && threadIdx.x < 32) take_piece(p, next_slot);
+      __syncthreads();
+      ci = tails ? *next_slot : -1;
+    }
+    for (bool first_chunk = true; ci >= 0; first_chunk = false) {
+      chunk(ci, first_chunk, ci < first + count);
+      __syncthreads();
+      if (ci + 1 < first + count) {
+        ++ci;
+        continue;
+      }
+      if (!tails) break;
+      if (threadIdx.x < 32) take_piece(p, next_slot);
+      __syncthreads();
+      ci = *next_slot;
+    }
+    if (tails) {
+      if (threadIdx.x == 0) end_tails(p);
+    }
   }
 }
 

@@ -226,30 +226,44 @@ KVTILE_DEVICE void pool_prologue(int j0, int j1, std::uint8_t* stages, std::size
   }
 }
 
-template <int W, int S, bool Bulk, class StageFn, class RunFn>
+// Tails (tail pieces, below; the tail words tw follow the S tickets):
+// keep(k, tw) (every lane, warp-uniform result) says whether tile k is to be
+// issued; a tile that is not is released to its consumer without a copy, and
+// every tile from tw[0] on (lowered by keep before the release) is skipped:
+// its consumer stops.
+template <int W, int S, bool Bulk, bool Tails, class StageFn, class RunFn, class KeepFn>
 KVTILE_DEVICE void pool_loop(int j0, int j1, bool skip0, std::uint8_t* stages, std::size_t stage_bytes,
-                             std::uint64_t* full, std::uint32_t* tickets, StageFn&& stage_src, RunFn&& run) {
+                             std::uint64_t* full, std::uint32_t* tickets, StageFn&& stage_src, RunFn&& run,
+                             KeepFn&& keep) {
   static_assert(S > W, "a pool has more stages than warps");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int n = j1 - j0;
+  int* const end = reinterpret_cast<int*>(tickets + S);
   for (int k = warp; k < n; k += W) {
     const int sidx = k % S, u = k / S;
     if (lane == 0)
       while (ticket_acquire(tickets + sidx) <= static_cast<std::uint32_t>(u)) {
       }
     __syncwarp();
+    if constexpr (Tails) {
+      if (k >= *reinterpret_cast<const volatile int*>(end)) break;  // warp-uniform
+    }
     const int staged_before = u - (skip0 && sidx == 0 && u > 0 ? 1 : 0);
     std::uint8_t* buf = stages + sidx * stage_bytes;
     run(j0 + k, buf, full + sidx, static_cast<std::uint32_t>(staged_before) & 1u);
     __syncwarp();
-    if (k + S < n && issues_copies<Bulk>(lane)) {
-      fence_proxy_async();
-      stage_src(j0 + k + S, buf, full + sidx);
-      if constexpr (!Bulk) {
-        __syncwarp();
-        if (lane == 0) ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
-      } else {
-        ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
+    if (k + S < n) {
+      bool go = true;
+      if constexpr (Tails) go = keep(k + S, end);
+      if (issues_copies<Bulk>(lane)) {
+        fence_proxy_async();
+        if (go) stage_src(j0 + k + S, buf, full + sidx);
+        if constexpr (!Bulk) {
+          __syncwarp();
+          if (lane == 0) ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
+        } else {
+          ticket_release(tickets + sidx, static_cast<std::uint32_t>(u + 2));
+        }
       }
     }
   }
@@ -288,6 +302,118 @@ KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int3
     c.j1 = min(ts.n_tiles, c.j0 + per);
   }
   return c;
+}
+
+// Tail pieces (schedule.hpp tail_of; decode_policy::steal_tail_tiles). A cut
+// chunk's item spans the whole chunk; its last pieces can also be run by
+// other CTAs. Each piece has a global claim word (kernel_params::claims):
+// 0 free, 1 kept by the owner, 2 taken. The owner claims piece i (CAS 0 -> 1)
+// when it is about to issue the piece's first tile and stops at the first
+// piece it finds taken; a CTA whose own chunks are done takes a free piece
+// (CAS 0 -> 2), scanning the last pieces first, and runs it as a chunk into
+// the piece's slot. So taken pieces are always a suffix of the chunk's
+// pieces, the owner never pays a chunk boundary for a piece nobody took, and
+// a fast SM takes the tails of slow ones. The owner writes an empty partial
+// (m = -inf, l = 0, O = 0) into the slot of every piece it kept.
+// Shared-memory words of the chunk (tw): tw[0] the first local tile not to
+// run, tw[1 + i] piece i's state here (0 undecided, then 1 or 2; 3 while one
+// warp decides it, so each piece is claimed once), tw[tw_base] the local tile
+// where the pieces start (INT_MAX: no pieces), tw[tw_cut] the cut index.
+inline constexpr int tw_base = 1 + max_tail_pieces, tw_cut = tw_base + 1, tail_words = tw_cut + 1;
+KVTILE_DEVICE std::int32_t* piece_word(const kernel_params& p, int cut, int i) {
+  return p.claims + 1 + i * p.tail_cuts + cut;
+}
+// Lane 0 of a warp about to issue a tile of piece i (pieces from local tile
+// base): whether the owner runs the piece (1) or stops before it (2).
+KVTILE_DEVICE int decide_piece(const kernel_params& p, int i, int base, int* tw) {
+  int* state = tw + 1 + i;
+  int s = atomicCAS(state, 0, 3);
+  if (s == 0) {
+    s = atomicCAS(piece_word(p, tw[tw_cut], i), 0, 1) == 2 ? 2 : 1;
+    if (s == 2) atomicMin(tw, base + i * p.piece_tiles);
+    __threadfence_block();  // the stop before the state
+    atomicExch(state, s);
+  } else {
+    while (s == 3) s = atomicAdd(state, 0);
+    __threadfence_block();
+  }
+  return s;
+}
+// Thread 0 at the start of a chunk (cut: its tail_of, or -1; base: the local
+// tile where its pieces start): tw set. Pieces that would start within the
+// pool's first Pool tiles (possible only when the device lengths differ from
+// the planned ones) are all claimed now and the whole chunk runs here (a
+// piece already taken is then counted twice: a wrong result, as documented
+// for such lengths, but no hang and no read outside the cache).
+KVTILE_DEVICE void start_tail(const kernel_params& p, int cut, int base, int pool, int* tw) {
+  tw[0] = 0x7fffffff;
+  for (int i = 0; i < max_tail_pieces; ++i) tw[1 + i] = 0;
+  tw[tw_base] = cut >= 0 && base >= pool ? base : 0x7fffffff;
+  tw[tw_cut] = cut;
+  if (cut < 0 || base >= pool) return;
+  for (int i = 0; i < p.tail_pieces; ++i) tw[1 + i] = atomicCAS(piece_word(p, cut, i), 0, 1) == 2 ? 2 : 1;
+}
+// Thread 0 after the owner's tile loop (every warp done with it): the pieces
+// it never reached (the device length ends before them) are kept unless taken.
+KVTILE_DEVICE void close_tail(const kernel_params& p, int* tw) {
+  for (int i = 0; i < p.tail_pieces; ++i)
+    if (tw[1 + i] == 0) tw[1 + i] = atomicCAS(piece_word(p, tw[tw_cut], i), 0, 1) == 2 ? 2 : 1;
+}
+// Every thread: empty partials into the slots of the pieces the owner kept
+// (slot0: the chunk's slot; piece i's is slot0 + 1 + i).
+template <int D, int Threads>
+KVTILE_DEVICE void write_kept_pieces(const kernel_params& p, int slot0, const int* tw) {
+  const int per = p.slot_rows * D / 4;
+  for (int i = 0; i < p.tail_pieces; ++i) {
+    if (tw[1 + i] != 1) continue;
+    const std::int64_t r0 = static_cast<std::int64_t>(slot0 + 1 + i) * p.slot_rows;
+    for (int x = threadIdx.x; x < per; x += Threads)
+      reinterpret_cast<float4*>(p.ws_o + r0 * D)[x] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int q = threadIdx.x; q < p.slot_rows; q += Threads) {
+      p.ws_ml[2 * (r0 + q)] = -INFINITY;
+      p.ws_ml[2 * (r0 + q) + 1] = 0.0f;
+    }
+  }
+}
+// Warp 0, once the CTA's own chunks are done: a free piece taken (its work
+// list index, written to *slot by lane 0), or -1 when none is left. Lane l
+// reads the claim words l, l + 32, ... (plain loads: a word read as free is
+// then claimed with a CAS), the highest word first.
+KVTILE_DEVICE void take_piece(const kernel_params& p, int* slot) {
+  const int lane = threadIdx.x & 31;
+  const int base = p.cta_begin[gridDim.x], words = p.cta_begin[gridDim.x + 1] - base;
+  const volatile std::int32_t* w = p.claims + 1;
+  int got = -1;
+  for (int top = words; top > 0 && got < 0; top -= 32 * 4) {
+    int v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int x = top - 1 - lane - 32 * e;
+      v[e] = x >= 0 ? w[x] : 1;
+    }
+#pragma unroll
+    for (int e = 0; e < 4 && got < 0; ++e) {
+      unsigned free = __ballot_sync(0xffffffffu, v[e] == 0);
+      while (free && got < 0) {
+        const int l = __ffs(free) - 1;  // the highest free word of this round
+        int won = 0;
+        if (lane == l) won = atomicCAS(p.claims + 1 + (top - 1 - l - 32 * e), 0, 2) == 0;
+        if (__shfl_sync(0xffffffffu, won, l)) got = base + top - 1 - l - 32 * e;
+        free &= free - 1;
+      }
+    }
+  }
+  if (lane == 0) *slot = got;
+}
+// Thread 0 as its CTA ends: counts the CTA; the last one (after a fence: every
+// other CTA's claims are done) zeroes the claim words for the next run (a
+// replay without a new plan).
+KVTILE_DEVICE void end_tails(const kernel_params& p) {
+  __threadfence();
+  if (atomicAdd(p.claims, 1) != static_cast<int>(gridDim.x) - 1) return;
+  __threadfence();
+  const int words = p.cta_begin[gridDim.x + 1] - p.cta_begin[gridDim.x];
+  for (int i = 0; i <= words; ++i) p.claims[i] = 0;
 }
 
 // Before each chunk (thread 0; the caller's __syncthreads follows): the stage

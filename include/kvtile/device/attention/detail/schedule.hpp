@@ -106,11 +106,33 @@ struct schedule_request {
   // one empty chunk [jlo, jlo): the fused merge writes its rows (0, lse -inf)
   // from there. Off: such units have no chunk (the merge kernel writes them).
   bool empty_chunks = false;
+  // Shared tail pieces (decode_policy::steal_tail_tiles / steal_piece_tiles; 0: off):
+  // every chunk of at least 2 x steal_tail tiles stays whole on its CTA, and
+  // its last steal_tail tiles, in pieces of steal_piece, are also listed for
+  // the CTAs whose own chunks are done: at run time the owner keeps a piece
+  // unless another CTA took it first (pipeline.cuh, "Tail pieces"). Each
+  // piece has its own slot, after its chunk's. Only where every piece fits
+  // chunk_limit slots and a chunk has at most max_tail_pieces.
+  int steal_tail = 0;
+  int steal_piece = 0;
+  std::int64_t chunk_limit = 0;
 };
 
+inline constexpr int max_tail_pieces = 4;
+
 struct schedule {
-  std::vector<work_item> items;      // CTA-major: CTA c runs items[cta_begin[c] .. cta_begin[c + 1])
-  std::vector<std::int32_t> cta_begin;
+  // CTA-major: CTA c runs items[cta_begin[c] .. cta_begin[c + 1]); then the
+  // tail pieces items[cta_begin[ctas] .. cta_begin[ctas + 1]), piece-major:
+  // piece i of cut chunk k at cta_begin[ctas] + i x cuts + k.
+  std::vector<work_item> items;
+  std::vector<std::int32_t> cta_begin;  // ctas + 2 entries
+  // Per item: the cut index k of a chunk with tail pieces (its item spans the
+  // whole chunk; piece i has slot item.slot + 1 + i and covers tiles
+  // [j1 - (tail_pieces - i) x piece_tiles, + piece_tiles)), else -1.
+  std::vector<std::int32_t> tail_of;
+  int tail_pieces = 0;  // pieces per cut chunk (0: none)
+  int piece_tiles = 0;
+  int cuts = 0;
   std::vector<unit_span> spans;      // per unit
   int chunks = 0;
   long long makespan = 0;            // cost model units (tiles), for reports and tests
@@ -214,37 +236,72 @@ inline schedule build_schedule(const schedule_request& r, const std::vector<int>
                                int longest, int c) {
   schedule out;
   out.spans.resize(static_cast<std::size_t>(r.num_seqs) * r.units_per_seq);
-  // Per size, the chunks of that size in slot order (LPT takes them in this order).
+  // Tail pieces: on when every cut chunk's pieces fit the slot limit.
+  const int tail = r.steal_tail, piece = r.steal_piece;
+  int np = 0;
+  if (tail > 0 && piece > 0 && tail % piece == 0 && tail / piece <= max_tail_pieces && r.forced_splits == 0) {
+    long long chunks = 0, cuts = 0;
+    for (int s = 0; s < r.num_seqs; ++s) {
+      const int n = ntile[s] - jlo[s], m = n == 0 && r.empty_chunks ? 1 : chunks_of(n, c, 0);
+      const int units = active_units(r, s);
+      chunks += static_cast<long long>(m) * units;
+      if (m > 0 && n / m >= 2 * tail) cuts += static_cast<long long>(m) * units;  // every chunk of s has >= n / m tiles
+    }
+    if (cuts > 0 && chunks + cuts * (tail / piece) <= r.chunk_limit) np = tail / piece;
+  }
+  // Per size, the chunks of that size in slot order (LPT takes them in this
+  // order); a cut chunk counts as its head (its tail is spread below).
   std::vector<std::vector<work_item>> by_size(static_cast<std::size_t>(longest) + 2);
+  std::vector<work_item> cut_items;  // the cut chunks, cut index order
   std::int32_t slot = 0;
   for (int s = 0; s < r.num_seqs; ++s) {
     const int n = ntile[s] - jlo[s], m = n == 0 && r.empty_chunks ? 1 : chunks_of(n, c, r.forced_splits);
+    const bool cut = np > 0 && m > 0 && n / m >= 2 * tail;
     for (int u = 0; u < r.units_per_seq; ++u) {
       const std::int32_t unit = s * r.units_per_seq + u;
       if (!unit_active(r, s, u)) {
         out.spans[unit] = {slot, 0};  // no query rows: no work, nothing to merge
         continue;
       }
-      out.spans[unit] = {slot, m};
+      out.spans[unit] = {slot, m * (cut ? 1 + np : 1)};
       for (int k = 0; k < m; ++k) {
         const int a = jlo[s] + static_cast<int>(static_cast<long long>(n) * k / m);
         const int b = jlo[s] + static_cast<int>(static_cast<long long>(n) * (k + 1) / m);
-        by_size[b - a].push_back({unit, a, b, slot++});
+        by_size[cut ? b - a - tail : b - a].push_back({unit, a, b, slot});
+        if (cut) cut_items.push_back({unit, a, b, slot});
+        slot += cut ? 1 + np : 1;
       }
     }
   }
   out.chunks = slot;
+  std::vector<std::int32_t> cut_of_slot(static_cast<std::size_t>(slot), -1);
+  for (std::size_t k = 0; k < cut_items.size(); ++k) cut_of_slot[cut_items[k].slot] = static_cast<std::int32_t>(k);
   std::vector<long long> hist(by_size.size());
   for (std::size_t n = 0; n < by_size.size(); ++n) hist[n] = static_cast<long long>(by_size[n].size());
   std::vector<std::vector<work_item>> per_cta(static_cast<std::size_t>(r.ctas));
   std::vector<std::size_t> next(by_size.size(), 0);
   out.makespan = lpt(hist, r.ctas, r.rings, [&](int n, int cta) { per_cta[cta].push_back(by_size[n][next[n]++]); });
-  out.cta_begin.assign(static_cast<std::size_t>(r.ctas) + 1, 0);
+  out.cta_begin.assign(static_cast<std::size_t>(r.ctas) + 2, 0);
   out.items.reserve(static_cast<std::size_t>(out.chunks));
   for (int i = 0; i < r.ctas; ++i) {
     out.items.insert(out.items.end(), per_cta[i].begin(), per_cta[i].end());  // longest chunk first
     out.cta_begin[i + 1] = static_cast<std::int32_t>(out.items.size());
   }
+  out.tail_of.assign(out.items.size(), -1);
+  for (std::size_t i = 0; i < out.items.size(); ++i) out.tail_of[i] = cut_of_slot[out.items[i].slot];
+  // The pieces, piece-major; in the cost model spread evenly over the CTAs.
+  long long shared_cost = 0;
+  for (int i = 0; i < np; ++i)
+    for (const work_item& w : cut_items) {
+      out.items.push_back({w.unit, w.j1 - (np - i) * piece, w.j1 - (np - 1 - i) * piece, w.slot + 1 + i});
+      out.tail_of.push_back(-1);
+      shared_cost += chunk_cost(piece, r.rings);
+    }
+  out.cta_begin[static_cast<std::size_t>(r.ctas) + 1] = static_cast<std::int32_t>(out.items.size());
+  out.makespan += (shared_cost + r.ctas - 1) / r.ctas;
+  out.tail_pieces = cut_items.empty() ? 0 : np;
+  out.piece_tiles = cut_items.empty() ? 0 : piece;
+  out.cuts = static_cast<int>(cut_items.size());
   return out;
 }
 
@@ -318,11 +375,13 @@ inline schedule make_schedule(const schedule_request& r) {
   return build_schedule(r, jlo, ntile, longest, best_c);
 }
 
-// Workspace: the partials of every slot, then the plan's work list, CTA ranges,
-// unit spans and the fused merge's per-unit counters (written by
-// decode_plan::plan, the counters zeroed; unused by the one-call path).
+// Workspace: the partials of every slot, then the plan's work list, its
+// tail_of, CTA ranges, unit spans, the fused merge's per-unit counters and the
+// tail pieces' claim words (a count of finished CTAs, then one word per
+// piece) (written by decode_plan::plan, counters and claims zeroed; unused by
+// the one-call path).
 struct ws_layout {
-  std::size_t o = 0, ml = 0, work = 0, cta = 0, spans = 0, counters = 0, bytes = 0;
+  std::size_t o = 0, ml = 0, work = 0, tails = 0, cta = 0, spans = 0, counters = 0, claims = 0, bytes = 0;
   std::int64_t chunks = 0;
 };
 // unit_rows: query rows of a unit (8 or 16, unit_rows_for); q_span: query
@@ -336,12 +395,15 @@ inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_spl
   ws_layout L;
   L.chunks = max_chunks(units, ctas, num_splits);  // also the one-call path's bound: units x splits <= max(units, ctas)
   const std::size_t rows = static_cast<std::size_t>(L.chunks) * slot_rows;
+  const std::size_t chunks = static_cast<std::size_t>(L.chunks);
   L.ml = up(rows * d * sizeof(float));
   L.work = L.ml + up(rows * 2 * sizeof(float));
-  L.cta = L.work + up(static_cast<std::size_t>(L.chunks) * sizeof(work_item));
-  L.spans = L.cta + up((static_cast<std::size_t>(ctas) + 1) * sizeof(std::int32_t));
+  L.tails = L.work + up(chunks * sizeof(work_item));
+  L.cta = L.tails + up(chunks * sizeof(std::int32_t));
+  L.spans = L.cta + up((static_cast<std::size_t>(ctas) + 2) * sizeof(std::int32_t));
   L.counters = L.spans + up(static_cast<std::size_t>(units) * sizeof(unit_span));
-  L.bytes = L.counters + up(static_cast<std::size_t>(units) * sizeof(std::int32_t));
+  L.claims = L.counters + up(static_cast<std::size_t>(units) * sizeof(std::int32_t));
+  L.bytes = L.claims + up((chunks + 1) * sizeof(std::int32_t));
   return L;
 }
 

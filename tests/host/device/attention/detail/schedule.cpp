@@ -24,12 +24,17 @@ using kvtile::attention::detail::tile_range;
 long long check_schedule(const schedule_request& r, const schedule& s) {
   const int units = r.num_seqs * r.units_per_seq;
   REQUIRE(s.spans.size() == static_cast<std::size_t>(units));
-  REQUIRE(s.cta_begin.size() == static_cast<std::size_t>(r.ctas) + 1);
+  REQUIRE(s.cta_begin.size() == static_cast<std::size_t>(r.ctas) + 2);  // CTA ranges, then the shared pieces
   CHECK(s.cta_begin.front() == 0);
   CHECK(s.cta_begin.back() == s.chunks);
   CHECK(std::is_sorted(s.cta_begin.begin(), s.cta_begin.end()));
   CHECK(s.chunks <= max_chunks(units, r.ctas, r.forced_splits));
+  const int own = s.cta_begin[r.ctas], pieces = s.cta_begin[r.ctas + 1] - own;
+  if (r.steal_tail == 0) CHECK(pieces == 0);
+  CHECK(pieces == s.cuts * s.tail_pieces);
+  CHECK(s.tail_pieces <= kvtile::attention::detail::max_tail_pieces);
   REQUIRE(s.items.size() == static_cast<std::size_t>(s.chunks));
+  REQUIRE(s.tail_of.size() == s.items.size());
   // slot -> item; spans list consecutive slots; every slot used once
   std::vector<int> item_of_slot(s.chunks, -1);
   for (int i = 0; i < s.chunks; ++i) {
@@ -46,11 +51,29 @@ long long check_schedule(const schedule_request& r, const schedule& s) {
     const auto sp = s.spans[u];
     int next = t.jlo;
     for (int k = 0; k < sp.count; ++k) {
-      const auto& w = s.items[item_of_slot[sp.first + k]];
+      const int item = item_of_slot[sp.first + k];
+      const auto& w = s.items[item];
       CHECK(w.unit == u);
       CHECK(w.j0 == next);
       CHECK(w.j1 > w.j0);
       next = w.j1;
+      const int cut = s.tail_of[item];
+      if (item >= own) {
+        CHECK(cut == -1);  // pieces are never cut
+        continue;
+      }
+      if (cut < 0) continue;
+      // A cut chunk: its item spans the whole chunk, its pieces follow in slot
+      // order and in the piece-major list.
+      REQUIRE(cut < s.cuts);
+      REQUIRE(k + s.tail_pieces < sp.count);
+      CHECK(w.j1 - w.j0 >= 2 * s.tail_pieces * s.piece_tiles);
+      next = w.j1 - s.tail_pieces * s.piece_tiles;
+      for (int i = 0; i < s.tail_pieces; ++i) {
+        const int pi = own + i * s.cuts + cut;
+        CHECK(item_of_slot[w.slot + 1 + i] == pi);
+        CHECK(s.items[pi].j1 - s.items[pi].j0 == s.piece_tiles);
+      }
     }
     if (sp.count > 0) {
       CHECK(next == t.n_tiles);
@@ -355,4 +378,87 @@ TEST_CASE("attention schedule: empty chunks for the fused merge") {
   const schedule z = make_schedule(r);
   CHECK(z.chunks == 12);
   CHECK(z.items.size() == 12u);
+}
+
+// Tail pieces (schedule_request::steal_tail): chunks of at least twice the
+// tail stay whole on their CTA and list their tail's pieces behind the CTA
+// ranges, piece-major; coverage and spans as without them, and only where
+// every piece fits the slot limit.
+TEST_CASE("attention schedule: tail pieces") {
+  std::vector<std::int32_t> lens(16, 65536);  // 16 x 8 units x 512 tiles: one chunk per unit on 132 CTAs
+  schedule_request r;
+  r.seq_lens = lens.data();
+  r.num_seqs = 16;
+  r.units_per_seq = 8;
+  r.max_len = 1 << 20;
+  r.ctas = 132;
+  const schedule plain = make_schedule(r);
+  check_schedule(r, plain);
+  REQUIRE(plain.chunks == 128);
+  CHECK(plain.cuts == 0);
+  r.steal_tail = 128;
+  r.steal_piece = 64;
+  r.chunk_limit = max_chunks(128, 132, 0);
+  const schedule s = make_schedule(r);
+  check_schedule(r, s);
+  CHECK(s.chunks == 128 + 128 * 2);
+  CHECK(s.cuts == 128);
+  CHECK(s.tail_pieces == 2);
+  CHECK(s.piece_tiles == 64);
+  CHECK(s.cta_begin[132] == 128);
+  CHECK(s.cta_begin[133] == s.chunks);
+  std::vector<int> seen(128, 0);
+  for (int i = 0; i < 128; ++i) {
+    CHECK(s.items[i].j1 - s.items[i].j0 == 512);  // whole chunks
+    REQUIRE(s.tail_of[i] >= 0);
+    REQUIRE(s.tail_of[i] < 128);
+    ++seen[s.tail_of[i]];
+  }
+  CHECK(std::count(seen.begin(), seen.end(), 1) == 128);
+  for (int i = 0; i < 128; ++i) CHECK(s.items[s.cta_begin[132] + i].j0 == 384);  // every first piece first
+  for (int i = 128; i < 256; ++i) CHECK(s.items[s.cta_begin[132] + i].j0 == 448);
+  for (int u = 0; u < 128; ++u) CHECK(s.spans[u].count == 3);
+  CHECK(s.makespan == (384 + 12) + (256 * (64 + 12) + 131) / 132);  // heads on their CTAs, pieces spread over all
+  // Pieces that would not fit the slot limit: none.
+  r.chunk_limit = 128 + 128 * 2 - 1;
+  const schedule tight = make_schedule(r);
+  check_schedule(r, tight);
+  CHECK(tight.chunks == 128);
+  CHECK(tight.cuts == 0);
+  CHECK(tight.cta_begin[132] == tight.cta_begin[133]);
+  // More than max_tail_pieces per chunk: none.
+  r.chunk_limit = max_chunks(128, 132, 0);
+  r.steal_piece = 16;
+  const schedule many = make_schedule(r);
+  check_schedule(r, many);
+  CHECK(many.cuts == 0);
+  r.steal_piece = 64;
+  // Chunks shorter than twice the tail: none (lengths of 255 tiles).
+  std::vector<std::int32_t> shorter(16, 255 * 128);
+  r.seq_lens = shorter.data();
+  const schedule sh = make_schedule(r);
+  check_schedule(r, sh);
+  CHECK(sh.cta_begin[132] == sh.cta_begin[133]);
+  // Forced splits: none.
+  r.seq_lens = lens.data();
+  r.forced_splits = 2;
+  r.chunk_limit = max_chunks(128, 132, 2);
+  const schedule f = make_schedule(r);
+  check_schedule(r, f);
+  CHECK(f.chunks == 256);
+  CHECK(f.cta_begin[132] == f.cta_begin[133]);
+  // Ragged lengths and a window: coverage holds wherever pieces are cut.
+  std::vector<std::int32_t> ragged{70000, 1, 0, 40000, 129 * 128, 300 * 128 + 5};
+  r.seq_lens = ragged.data();
+  r.num_seqs = 6;
+  r.units_per_seq = 2;
+  r.forced_splits = 0;
+  r.ctas = 3;
+  r.window_left = 50000;
+  r.chunk_limit = max_chunks(6 * 2, 3, 0);
+  const schedule g = make_schedule(r);
+  check_schedule(r, g);
+  CHECK(g.cuts == 2);  // two chunks of 391 visible tiles cut
+  CHECK(g.cta_begin[4] - g.cta_begin[3] == 4);
+  for (int i = g.cta_begin[3]; i < g.cta_begin[4]; ++i) CHECK(g.items[i].j1 - g.items[i].j0 == 64);
 }
