@@ -58,12 +58,13 @@ struct kernel_params {
   // by that CTA). Null: the merge kernel merges.
   std::int32_t* counters;
   // Planned tail pieces (schedule::tail_of; pipeline.cuh, "Tail pieces"):
-  // tail_of per work item, claims[0] the CTAs done, claims[1 + i x tail_cuts + k]
-  // the state of piece i of cut chunk k (0 free, 1 kept by its owner, 2 taken);
-  // zeroed by the plan, reset by the last CTA. tail_pieces = 0: none.
+  // tail_of per work item, claims[i x tail_cuts + k] the state of piece i of
+  // cut chunk k (0 free, 1 kept by its owner, 2 taken; zeroed by the plan and
+  // by the merge kernel after each run). tail_pieces = 0: none.
   const std::int32_t* tail_of;
   std::int32_t* claims;
   int tail_pieces, piece_tiles, tail_cuts;
+  bool tail_idle;  // CTAs without chunks of their own take pieces from the start
   void* out;      // decode_args::out (QT), with counters
   float* lse;     // decode_args::lse or null, with counters
 };

@@ -219,9 +219,10 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
     const bool tails = p.tail_pieces > 0;
     int ci = first;
     if (count == 0) {
-      if (tails && threadIdx.x < 32) take_piece(p, next_slot);
+      const bool take = tails && p.tail_idle;
+      if (take && threadIdx.x < 32) take_piece(p, next_slot);
       __syncthreads();
-      ci = tails ? *next_slot : -1;
+      ci = take ? *next_slot : -1;
     }
     for (bool first_chunk = true; ci >= 0; first_chunk = false) {
       chunk(ci, first_chunk, ci < first + count);
@@ -234,9 +235,6 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
       if (threadIdx.x < 32) take_piece(p, next_slot);
       __syncthreads();
       ci = *next_slot;
-    }
-    if (tails) {
-      if (threadIdx.x == 0) end_tails(p);
     }
   }
 }

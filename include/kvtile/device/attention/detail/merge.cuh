@@ -320,6 +320,10 @@ __global__ void __launch_bounds__(32 * combine_rows) combine_kernel(kernel_param
   // Launched with programmatic stream serialization: wait for the attention grid.
   NV_IF_TARGET(NV_PROVIDES_SM_90, (cudaGridDependencySynchronize();));
   if (L.out_row >= 0) merge_row<QT, D, Rotated>(p, out, lse, L, reduce_tmp[warp]);  // warp-uniform
+  // The attention grid is done with the tail pieces' claim words: zeroed for
+  // the next run without a new plan (a graph replay).
+  const int words = p.tail_pieces * p.tail_cuts;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += gridDim.x * blockDim.x) p.claims[i] = 0;
 }
 
 // The fused merge (p.counters): after a chunk's partial is written, the CTA

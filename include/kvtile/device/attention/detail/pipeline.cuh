@@ -307,7 +307,8 @@ KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int3
 // Tail pieces (schedule.hpp tail_of; decode_policy::steal_tail_tiles). A cut
 // chunk's item spans the whole chunk; its last pieces can also be run by
 // other CTAs. Each piece has a global claim word (kernel_params::claims):
-// 0 free, 1 kept by the owner, 2 taken. The owner claims piece i (CAS 0 -> 1)
+// 0 free, 1 kept by the owner, 2 taken (zeroed by the plan and, after each
+// run, by the merge kernel). The owner claims piece i (CAS 0 -> 1)
 // when it is about to issue the piece's first tile and stops at the first
 // piece it finds taken; a CTA whose own chunks are done takes a free piece
 // (CAS 0 -> 2), scanning the last pieces first, and runs it as a chunk into
@@ -321,7 +322,7 @@ KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int3
 // where the pieces start (INT_MAX: no pieces), tw[tw_cut] the cut index.
 inline constexpr int tw_base = 1 + max_tail_pieces, tw_cut = tw_base + 1, tail_words = tw_cut + 1;
 KVTILE_DEVICE std::int32_t* piece_word(const kernel_params& p, int cut, int i) {
-  return p.claims + 1 + i * p.tail_cuts + cut;
+  return p.claims + i * p.tail_cuts + cut;
 }
 // Lane 0 of a warp about to issue a tile of piece i (pieces from local tile
 // base): whether the owner runs the piece (1) or stops before it (2).
@@ -377,43 +378,37 @@ KVTILE_DEVICE void write_kept_pieces(const kernel_params& p, int slot0, const in
 }
 // Warp 0, once the CTA's own chunks are done: a free piece taken (its work
 // list index, written to *slot by lane 0), or -1 when none is left. Lane l
-// reads the claim words l, l + 32, ... (plain loads: a word read as free is
-// then claimed with a CAS), the highest word first.
+// reads the claim words top - 1 - l - 32 e (plain loads: a word read as free
+// is then claimed with a CAS; 8 per lane in flight, so up to 256 pieces in one
+// round trip), the highest word first: the last pieces of the chunks first,
+// so taken pieces stay a suffix of their chunk's.
 KVTILE_DEVICE void take_piece(const kernel_params& p, int* slot) {
+  constexpr int E = 8;
   const int lane = threadIdx.x & 31;
-  const int base = p.cta_begin[gridDim.x], words = p.cta_begin[gridDim.x + 1] - base;
-  const volatile std::int32_t* w = p.claims + 1;
+  const int base = p.cta_begin[gridDim.x], words = p.tail_pieces * p.tail_cuts;
+  const volatile std::int32_t* w = p.claims;
   int got = -1;
-  for (int top = words; top > 0 && got < 0; top -= 32 * 4) {
-    int v[4];
+  for (int top = words; top > 0 && got < 0; top -= 32 * E) {
+    int v[E];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < E; ++e) {
       const int x = top - 1 - lane - 32 * e;
       v[e] = x >= 0 ? w[x] : 1;
     }
 #pragma unroll
-    for (int e = 0; e < 4 && got < 0; ++e) {
+    for (int e = 0; e < E; ++e) {
       unsigned free = __ballot_sync(0xffffffffu, v[e] == 0);
       while (free && got < 0) {
-        const int l = __ffs(free) - 1;  // the highest free word of this round
+        const int l = __ffs(free) - 1;  // the highest free word of this group
+        const int x = top - 1 - l - 32 * e;
         int won = 0;
-        if (lane == l) won = atomicCAS(p.claims + 1 + (top - 1 - l - 32 * e), 0, 2) == 0;
-        if (__shfl_sync(0xffffffffu, won, l)) got = base + top - 1 - l - 32 * e;
+        if (lane == l) won = atomicCAS(p.claims + x, 0, 2) == 0;
+        if (__shfl_sync(0xffffffffu, won, l)) got = base + x;
         free &= free - 1;
       }
     }
   }
   if (lane == 0) *slot = got;
-}
-// Thread 0 as its CTA ends: counts the CTA; the last one (after a fence: every
-// other CTA's claims are done) zeroes the claim words for the next run (a
-// replay without a new plan).
-KVTILE_DEVICE void end_tails(const kernel_params& p) {
-  __threadfence();
-  if (atomicAdd(p.claims, 1) != static_cast<int>(gridDim.x) - 1) return;
-  __threadfence();
-  const int words = p.cta_begin[gridDim.x + 1] - p.cta_begin[gridDim.x];
-  for (int i = 0; i <= words; ++i) p.claims[i] = 0;
 }
 
 // Before each chunk (thread 0; the caller's __syncthreads follows): the stage

@@ -377,9 +377,8 @@ inline schedule make_schedule(const schedule_request& r) {
 
 // Workspace: the partials of every slot, then the plan's work list, its
 // tail_of, CTA ranges, unit spans, the fused merge's per-unit counters and the
-// tail pieces' claim words (a count of finished CTAs, then one word per
-// piece) (written by decode_plan::plan, counters and claims zeroed; unused by
-// the one-call path).
+// tail pieces' claim words (one per piece) (written by decode_plan::plan,
+// counters and claims zeroed; unused by the one-call path).
 struct ws_layout {
   std::size_t o = 0, ml = 0, work = 0, tails = 0, cta = 0, spans = 0, counters = 0, claims = 0, bytes = 0;
   std::int64_t chunks = 0;
@@ -403,7 +402,7 @@ inline ws_layout layout_for(int num_seqs, int kv_heads, int q_heads, int num_spl
   L.spans = L.cta + up((static_cast<std::size_t>(ctas) + 2) * sizeof(std::int32_t));
   L.counters = L.spans + up(static_cast<std::size_t>(units) * sizeof(unit_span));
   L.claims = L.counters + up(static_cast<std::size_t>(units) * sizeof(std::int32_t));
-  L.bytes = L.claims + up((chunks + 1) * sizeof(std::int32_t));
+  L.bytes = L.claims + up(chunks * sizeof(std::int32_t));
   return L;
 }
 
