@@ -547,15 +547,15 @@ int main(int argc, char** argv) {
         if ((s.B == 16 && s.L == 65536) || s.name == "ragged32") {
           quant_run<k4v2_g128<128>, half_t, attention::forced<sm80_bulk_policy>>("k4v2_g128_sm80_bulk", s, f, false);
           // Tail pieces (default 128 x 64) against the same kernels without them (T = 0), same run:
-          // the one-token step and the kernels whose SMs run evenly (k2v2, fp16 scales, 2 new tokens,
-          // the forced cp.async pool).
+          // the one-token step and the kernels whose SMs run evenly (k2v2, fp16 scales, 2 new tokens);
+          // the 163 KB bulk pool (no pieces by default, as the sm80 policy it derives from) with them.
           using sm90 = attention::decode_policy_sm90;
           using attention::forced;
           using off90 = forced<steal_policy<sm90, 0, 0>>;
           quant_run<k4v2_g128<128>, half_t, off90>("k4v2_g128_nosteal", s, f, false);
           quant_run<k4v2_g128<128>, half_t, forced<steal_policy<sm90, 128, 32>>>("k4v2_g128_steal128x32", s, f, false);
-          quant_run<k4v2_g128<128>, half_t, forced<steal_policy<sm80_bulk_policy, 0, 0>>>("k4v2_g128_sm80_bulk_nosteal", s,
-                                                                                          f, false);
+          quant_run<k4v2_g128<128>, half_t, forced<steal_policy<sm80_bulk_policy, 128, 64>>>("k4v2_g128_sm80_bulk_steal",
+                                                                                             s, f, false);
           if (s.B == 16) {
             using noidle = forced<steal_policy<sm90, 128, 64, false>>;
             quant_run<k4v2_g128<128>, half_t, noidle>("k4v2_g128_noidle", s, f, false);
@@ -565,8 +565,6 @@ int main(int argc, char** argv) {
             quant_run<k4v2_g128<128, fp16_scales>, half_t, off90>("k4v2_g128_fp16s_nosteal", s, f, false);
             quant_run<k4v2_g128<128>, half_t, off90>("k4v2_g128_mq2_nosteal", s, f, false, false, 2);
             quant_run<k4v2_g128<128>, half_t, off90>("k4v2_g128_sink_nosteal", s, f, false, true);
-            using sm80 = attention::decode_policy_sm80;
-            quant_run<k4v2_g128<128>, half_t, forced<steal_policy<sm80, 0, 0>>>("k4v2_g128_sm80_nosteal", s, f, false);
           }
         }
         // The token split (default) against the n-block split on the 163 / 99 KB budgets.

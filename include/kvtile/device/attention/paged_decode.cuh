@@ -110,8 +110,9 @@ struct decode_policy_sm90 {
   // CTA, and their last steal_tail_tiles, in pieces of steal_piece_tiles (at most 4), may be taken
   // by CTAs whose own chunks are done; the owner keeps every piece nobody took before it got there
   // (docs/attention.md "Schedule"). SMs do not run equally fast: at 16 x 64K the slowest 1.16-1.27x
-  // the mean on the H100 (bench/results/2026-12-07-h100-pool-stages.md). 0: off. Not with
-  // fused_merge, and only where steal_tail_tiles is at least the pool's stage count.
+  // the mean on the H100 (bench/results/2026-12-07-h100-pool-stages.md). 0: off (then, as for a
+  // stage pool without bulk copies or with fused_merge, the chunking is fixed by the plan and a
+  // step's results are the same from run to run; with pieces they can differ in fp32 rounding).
   static constexpr int steal_tail_tiles = 128;
   static constexpr int steal_piece_tiles = 64;
   static constexpr bool steal_idle_ctas = true;  // experiment: CTAs without chunks take pieces from the start
@@ -138,6 +139,7 @@ struct decode_policy_sm80 : decode_policy_sm90 {
   static constexpr int max_arch = 900;
   static constexpr std::size_t smem_budget = 166912;  // 163 KB
   static constexpr bool bulk_copies = false;
+  static constexpr int steal_tail_tiles = 0;  // no tail pieces with cp.async (detail::tails_on)
   static constexpr int max_rings = 8;
   static constexpr int pool_stages = 11;
   // 10 warps (168 registers, 104 B of spill stores on sm_80) beat 8 without spills: forced on the H200
@@ -656,7 +658,7 @@ class decode_plan {
               pool_ = tr::pool > 0 && rows == detail::max_group && sched_.chunks > 0 &&
                       total_tiles_ >= static_cast<long long>(P::pool_min_tiles) * sched_.chunks;
             // The same chunks with tail pieces: stage-pool steps of a policy without the fused merge.
-            if (pool_ && P::steal_tail_tiles >= tr::pool && tr::pool > detail::tail_words && !P::fused_merge)
+            if (pool_ && detail::tails_on<P, tr::pool>())
               return build(cache.num_seqs, cache.kv_heads, host_seq_lens, a, tr::G, tr::max_len(cache), ctas,
                            tr::rings_for(all), Codec::D, rows, host_qo_indptr, P::fused_merge, P::steal_tail_tiles,
                            P::steal_piece_tiles);

@@ -77,7 +77,7 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
   // Stage-pool kernels: the CTA's own chunks, then tail pieces it takes (pipeline.cuh, "Tail pieces";
   // the plan lists pieces only for pool steps). The barrier area's second half: the pool's Pool
   // tickets, the tail words (tw) and, in its last word, the next chunk's index.
-  constexpr bool Tails = Pool > tail_words;  // the tail words fit the barrier area's second half
+  constexpr bool Tails = tails_on<P, Pool>();
   static_assert(!Tails || Pool + tail_words < 2 * nbars, "the tail words fit the barrier area");
   int* const tw = reinterpret_cast<int*>(tickets + Pool);
   // One chunk: ci (its work list index), own (one of the CTA's own chunks, not a taken piece).

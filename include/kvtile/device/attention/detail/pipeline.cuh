@@ -321,6 +321,15 @@ KVTILE_DEVICE chunk_ref chunk_at(const kernel_params& p, int ci, const std::int3
 // warp decides it, so each piece is claimed once), tw[tw_base] the local tile
 // where the pieces start (INT_MAX: no pieces), tw[tw_cut] the cut index.
 inline constexpr int tw_base = 1 + max_tail_pieces, tw_cut = tw_base + 1, tail_words = tw_cut + 1;
+// Whether the stage-pool kernel of policy P with Pool stages has tail pieces
+// (the plan lists pieces only for such kernels): a tail of at least Pool
+// tiles, room for the tail words behind the tickets, bulk copies (the cp.async
+// pool forced on an H100 was 1.5-4.6% slower with pieces, and its spills grow),
+// and the merge kernel (it zeroes the claim words).
+template <class P, int Pool>
+KVTILE_HOST_DEVICE constexpr bool tails_on() {
+  return Pool > tail_words && P::steal_tail_tiles >= Pool && P::bulk_copies && !P::fused_merge;
+}
 KVTILE_DEVICE std::int32_t* piece_word(const kernel_params& p, int cut, int i) {
   return p.claims + i * p.tail_cuts + cut;
 }
