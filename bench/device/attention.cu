@@ -292,11 +292,10 @@ struct sm80_bulk_policy : attention::decode_policy_sm80 {
 static_assert(sm80_bulk_policy::bulk_copies, "the 163 KB budget with bulk copies");
 // The stage pool's tail pieces (decode_policy::steal_tail_tiles) off (T = 0) or at another size
 // (--policies, at 16 x 64K and ragged32).
-template <class P, int T, int Piece, bool Idle = true>
+template <class P, int T, int Piece>
 struct steal_policy : P {
   static constexpr int steal_tail_tiles = T;
   static constexpr int steal_piece_tiles = Piece;
-  static constexpr bool steal_idle_ctas = Idle;
 };
 
 // mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr); ragged:
@@ -557,10 +556,6 @@ int main(int argc, char** argv) {
           quant_run<k4v2_g128<128>, half_t, forced<steal_policy<sm80_bulk_policy, 128, 64>>>("k4v2_g128_sm80_bulk_steal",
                                                                                              s, f, false);
           if (s.B == 16) {
-            using noidle = forced<steal_policy<sm90, 128, 64, false>>;
-            quant_run<k4v2_g128<128>, half_t, noidle>("k4v2_g128_noidle", s, f, false);
-            quant_run<k2v2_g128<128>, half_t, noidle>("k2v2_g128_noidle", s, f, false);
-            quant_run<k4v2_g128<128>, half_t, noidle>("k4v2_g128_mq2_noidle", s, f, false, false, 2);
             quant_run<k2v2_g128<128>, half_t, off90>("k2v2_g128_nosteal", s, f, false);
             quant_run<k4v2_g128<128, fp16_scales>, half_t, off90>("k4v2_g128_fp16s_nosteal", s, f, false);
             quant_run<k4v2_g128<128>, half_t, off90>("k4v2_g128_mq2_nosteal", s, f, false, false, 2);

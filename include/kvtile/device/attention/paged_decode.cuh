@@ -115,7 +115,6 @@ struct decode_policy_sm90 {
   // step's results are the same from run to run; with pieces they can differ in fp32 rounding).
   static constexpr int steal_tail_tiles = 128;
   static constexpr int steal_piece_tiles = 64;
-  static constexpr bool steal_idle_ctas = true;  // experiment: CTAs without chunks take pieces from the start
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
   // On: 8% faster at GQA 16 (8, 128, 8, 128, 32K), 3-9% with 4 or 8 new tokens per sequence, equal at
@@ -688,7 +687,7 @@ class decode_plan {
                                    const detail::kernel_params p = detail::make_params(
                                        cache.kv_heads, a, 1, tr::max_len(cache), layout_, true,
                                        tr::unit_rows(detail::rows_per_kv_head(a, cache.kv_heads)), P::fused_merge,
-                                       sched_.tail_pieces, sched_.piece_tiles, sched_.cuts, P::steal_idle_ctas);
+                                       sched_.tail_pieces, sched_.piece_tiles, sched_.cuts);
                                    return detail::launch_quant<Codec, P, QT>(cache, a, pool_, dim3(ctas_), p, stream);
                                  }
                                });

@@ -64,7 +64,6 @@ struct kernel_params {
   const std::int32_t* tail_of;
   std::int32_t* claims;
   int tail_pieces, piece_tiles, tail_cuts;
-  bool tail_idle;  // CTAs without chunks of their own take pieces from the start
   void* out;      // decode_args::out (QT), with counters
   float* lse;     // decode_args::lse or null, with counters
 };

@@ -70,7 +70,7 @@ int rows_per_kv_head(const decode_args<QT>& a, int kv_heads) {
 template <class QT>
 kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, int max_len, const ws_layout& L,
                           bool planned, int unit_rows = max_group, bool fused = false, int tail_pieces = 0,
-                          int piece_tiles = 0, int tail_cuts = 0, bool tail_idle = true) {
+                          int piece_tiles = 0, int tail_cuts = 0) {
   kernel_params p{};
   p.q = a.q;
   p.q_heads = a.q_heads;
@@ -99,7 +99,6 @@ kernel_params make_params(int kv_heads, const decode_args<QT>& a, int splits, in
   p.tail_pieces = planned ? tail_pieces : 0;
   p.piece_tiles = planned ? piece_tiles : 0;
   p.tail_cuts = planned ? tail_cuts : 0;
-  p.tail_idle = tail_idle;
   p.out = a.out;
   p.lse = a.lse;
   return p;
