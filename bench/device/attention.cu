@@ -290,13 +290,6 @@ struct sm80_bulk_policy : attention::decode_policy_sm80 {
   static constexpr bool bulk_copies = true;  // (sm_90+ images; below sm_90 the cp.async path regardless)
 };
 static_assert(sm80_bulk_policy::bulk_copies, "the 163 KB budget with bulk copies");
-// The stage pool's tail pieces (decode_policy::steal_tail_tiles) off (T = 0) or at another size
-// (--policies, at 16 x 64K and ragged32).
-template <class P, int T, int Piece>
-struct steal_policy : P {
-  static constexpr int steal_tail_tiles = T;
-  static constexpr int steal_piece_tiles = Piece;
-};
 
 // mq > 0: multi-query decode, mq new tokens per sequence (qo_indptr); ragged:
 // sequence b has 1 + (5 b + 3) % mq of them instead (a speculative batch), the
@@ -545,21 +538,19 @@ int main(int argc, char** argv) {
                                                                                                false);
         if ((s.B == 16 && s.L == 65536) || s.name == "ragged32") {
           quant_run<k4v2_g128<128>, half_t, attention::forced<sm80_bulk_policy>>("k4v2_g128_sm80_bulk", s, f, false);
-          // Tail pieces (default 128 x 64) against the same kernels without them (T = 0), same run:
-          // the one-token step and the kernels whose SMs run evenly (k2v2, fp16 scales, 2 new tokens);
-          // the 163 KB bulk pool (no pieces by default, as the sm80 policy it derives from) with them.
-          using sm90 = attention::decode_policy_sm90;
+          // Tail pieces (decode_policy_tail_pieces, opt-in) against the default kernels, same run: the
+          // one-token step, the sink, and the kernels whose SMs run evenly (k2v2, fp16 scales, 2 new
+          // tokens); the 163 KB bulk pool with them.
           using attention::forced;
-          using off90 = forced<steal_policy<sm90, 0, 0>>;
-          quant_run<k4v2_g128<128>, half_t, off90>("k4v2_g128_nosteal", s, f, false);
-          quant_run<k4v2_g128<128>, half_t, forced<steal_policy<sm90, 128, 32>>>("k4v2_g128_steal128x32", s, f, false);
-          quant_run<k4v2_g128<128>, half_t, forced<steal_policy<sm80_bulk_policy, 128, 64>>>("k4v2_g128_sm80_bulk_steal",
-                                                                                             s, f, false);
+          using tails90 = forced<attention::tail_pieces<attention::decode_policy_sm90>>;
+          quant_run<k4v2_g128<128>, half_t, tails90>("k4v2_g128_tails", s, f, false);
+          quant_run<k4v2_g128<128>, half_t, forced<attention::tail_pieces<sm80_bulk_policy>>>("k4v2_g128_sm80_bulk_tails",
+                                                                                              s, f, false);
           if (s.B == 16) {
-            quant_run<k2v2_g128<128>, half_t, off90>("k2v2_g128_nosteal", s, f, false);
-            quant_run<k4v2_g128<128, fp16_scales>, half_t, off90>("k4v2_g128_fp16s_nosteal", s, f, false);
-            quant_run<k4v2_g128<128>, half_t, off90>("k4v2_g128_mq2_nosteal", s, f, false, false, 2);
-            quant_run<k4v2_g128<128>, half_t, off90>("k4v2_g128_sink_nosteal", s, f, false, true);
+            quant_run<k2v2_g128<128>, half_t, tails90>("k2v2_g128_tails", s, f, false);
+            quant_run<k4v2_g128<128, fp16_scales>, half_t, tails90>("k4v2_g128_fp16s_tails", s, f, false);
+            quant_run<k4v2_g128<128>, half_t, tails90>("k4v2_g128_mq2_tails", s, f, false, false, 2);
+            quant_run<k4v2_g128<128>, half_t, tails90>("k4v2_g128_sink_tails", s, f, false, true);
           }
         }
         // The token split (default) against the n-block split on the 163 / 99 KB budgets.

@@ -165,8 +165,8 @@ void run_plan_tests(bool small) {
   plan_case<C>({140 * 128, 150 * 128 + 9, 130 * 128}, 2, 4, true, mods{}, 6, "k4v2_g128 stage pool, 3 CTAs", true, 3, 1);
   // One chunk of 291-301 tiles per CTA (3), each with 2 tail pieces of 64 tiles; then sequence 2 cut to
   // 21 tiles on the device, so that its CTA takes pieces of the others.
-  steal_case<C>({300 * 128 + 5, 300 * 128, 290 * 128 + 77}, 1, 4, 3, 64, "k4v2_g128 stage pool, tail pieces, 3 CTAs",
-                2, !small);
+  steal_case<C, attention::decode_policy_tail_pieces>({300 * 128 + 5, 300 * 128, 290 * 128 + 77}, 1, 4, 3, 64,
+                                                      "k4v2_g128 stage pool, tail pieces, 3 CTAs", 2, !small);
   plan_case<C>({0, 1, 127, 128, 129, 3 * 128 + 77, 40 * 128 + 5}, 2, 4, true, mods{}, 61,
                "k4v2_g128 ragged, rings, 2 CTAs", false, 2, 0);
   plan_case<C>({5, 1000, 0, 2 * 128 + 1, 9 * 128}, 2, 8, false, mods{300, 2.0f}, 62,

@@ -156,7 +156,7 @@ void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const 
   }
 }
 
-// Tail pieces (decode_policy::steal_tail_tiles): a stage-pool plan whose
+// Tail pieces (decode_policy_tail_pieces): a stage-pool plan whose
 // chunks' tails other CTAs may take, run twice without a new plan (the claim
 // words reset by the last CTA), both runs checked against the reference.
 // Then sequence `shorten` is cut on the device (and in the reference) to
@@ -165,7 +165,7 @@ void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const 
 // owner's empty one), run twice more. require_theft: at least one piece must
 // have been taken (not under the sanitizers, whose timing may run the CTAs
 // one after another).
-template <class Codec, class Policy = attention::decode_policy>
+template <class Codec, class Policy>
 void steal_case(std::vector<int> lens, int kv_heads, int group, int max_ctas, std::uint64_t seed, const char* name,
                 int shorten, bool require_theft) {
   case_cfg c;

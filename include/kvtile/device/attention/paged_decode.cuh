@@ -106,14 +106,13 @@ struct decode_policy_sm90 {
   // (the one-call paged_decode: a single split and max_pages_per_seq at least this). 16 was 4-10%
   // slower on ragged batches, 64 x 8K and 128 x 4K (H200 2026-12-06, docs/attention.md "Schedule").
   static constexpr int pool_min_tiles = 128;
-  // Tail pieces: a stage-pool step's chunks of at least 2 x steal_tail_tiles stay whole on their
-  // CTA, and their last steal_tail_tiles, in pieces of steal_piece_tiles (at most 4), may be taken
-  // by CTAs whose own chunks are done; the owner keeps every piece nobody took before it got there
-  // (docs/attention.md "Schedule"). SMs do not run equally fast: at 16 x 64K the slowest 1.16-1.27x
-  // the mean on the H100 (bench/results/2026-12-07-h100-pool-stages.md). 0: off (then, as for a
-  // stage pool without bulk copies or with fused_merge, the chunking is fixed by the plan and a
-  // step's results are the same from run to run; with pieces they can differ in fp32 rounding).
-  static constexpr int steal_tail_tiles = 128;
+  // Tail pieces (opt-in: decode_policy_tail_pieces): a stage-pool step's chunks of at least
+  // 2 x steal_tail_tiles stay whole on their CTA, and their last steal_tail_tiles, in pieces of
+  // steal_piece_tiles (at most 4), may be taken by CTAs whose own chunks are done; the owner runs
+  // every piece nobody took first (docs/attention.md "Schedule"). At 16 x 64K on the H100 the
+  // default step 8.4-10.9% faster, k2v2 2.4-4.6% and fp16 scales 0.8-3.2% slower, and a chunk's
+  // split (so the fp32 rounding of the merge) can differ from run to run: off by default (0).
+  static constexpr int steal_tail_tiles = 0;
   static constexpr int steal_piece_tiles = 64;
   static constexpr int max_unit_rows = 16;
   static constexpr int wide_stages = 3;
@@ -138,7 +137,6 @@ struct decode_policy_sm80 : decode_policy_sm90 {
   static constexpr int max_arch = 900;
   static constexpr std::size_t smem_budget = 166912;  // 163 KB
   static constexpr bool bulk_copies = false;
-  static constexpr int steal_tail_tiles = 0;  // no tail pieces with cp.async (detail::tails_on)
   static constexpr int max_rings = 8;
   static constexpr int pool_stages = 11;
   // 10 warps (168 registers, 104 B of spill stores on sm_80) beat 8 without spills: forced on the H200
@@ -180,6 +178,14 @@ using decode_policy = decode_policies<decode_policy_sm90, decode_policy_sm120, d
 template <template <class> class T>
 using decode_policy_with = decode_policies<T<decode_policy_sm90>, T<decode_policy_sm120>, T<decode_policy_sm80>,
                                            T<decode_policy_sm86>>;
+
+// Tail pieces on (128 tiles in pieces of 64; docs/attention.md "Schedule"): the
+// default chain with them, for stage-pool steps with bulk copies (sm_90+).
+template <class P>
+struct tail_pieces : P {
+  static constexpr int steal_tail_tiles = 128;
+};
+using decode_policy_tail_pieces = decode_policy_with<tail_pieces>;
 
 // Policy P compiled for every target and selected on any device whose opt-in
 // shared memory holds it: runs another GPU's configuration on the GPU at hand
