@@ -215,8 +215,8 @@ KVTILE_DEVICE void quant_decode_body(const paged_cache_view& cache, const kernel
     }
   } else {
     // One call of chunk (its code once): the CTA's own chunks, then pieces while any is free. A CTA
-    // without chunks of its own takes none: at 16 x 64K (128 units on 132 CTAs) that was 0.6% faster
-    // for k4v2_g128 and 1.1% for k2v2_g128 (H100, bench/results/2026-12-07-h100-tail-pieces.md).
+    // without chunks of its own takes none: at 16 x 64K (128 units on 132 CTAs) that was 1.1% faster
+    // for k2v2_g128, 0.8% with 2 new tokens, the same for k4v2_g128 (H100, 2026-12-07-h100-tail-pieces.md).
     int* const next_slot = reinterpret_cast<int*>(bars + nbars) + 2 * nbars - 1;
     const bool tails = p.tail_pieces > 0;
     int ci = count > 0 ? first : -1;
