@@ -110,7 +110,7 @@ struct decode_policy_sm90 {
   // 2 x steal_tail_tiles stay whole on their CTA, and their last steal_tail_tiles, in pieces of
   // steal_piece_tiles (at most 4), may be taken by CTAs whose own chunks are done; the owner runs
   // every piece nobody took first (docs/attention.md "Schedule"). At 16 x 64K on the H100 the
-  // default step 8.4-10.9% faster, k2v2 2.4-4.6% and fp16 scales 0.8-3.2% slower, and a chunk's
+  // default step 7.9-10.9% faster, k2v2 2.4-4.6% and fp16 scales 0.8-3.2% slower, and a chunk's
   // split (so the fp32 rounding of the merge) can differ from run to run: off by default (0).
   static constexpr int steal_tail_tiles = 0;
   static constexpr int steal_piece_tiles = 64;
