@@ -333,13 +333,17 @@ KVTILE_HOST_DEVICE constexpr bool tails_on() {
 KVTILE_DEVICE std::int32_t* piece_word(const kernel_params& p, int cut, int i) {
   return p.claims + i * p.tail_cuts + cut;
 }
+// The owner's claim of piece i of cut: 1 kept (CAS 0 -> 1) or 2 taken.
+KVTILE_DEVICE int claim_piece(const kernel_params& p, int cut, int i) {
+  return atomicCAS(piece_word(p, cut, i), 0, 1) == 2 ? 2 : 1;
+}
 // Lane 0 of a warp about to issue a tile of piece i (pieces from local tile
 // base): whether the owner runs the piece (1) or stops before it (2).
 KVTILE_DEVICE int decide_piece(const kernel_params& p, int i, int base, int* tw) {
   int* state = tw + 1 + i;
   int s = atomicCAS(state, 0, 3);
   if (s == 0) {
-    s = atomicCAS(piece_word(p, tw[tw_cut], i), 0, 1) == 2 ? 2 : 1;
+    s = claim_piece(p, tw[tw_cut], i);
     if (s == 2) atomicMin(tw, base + i * p.piece_tiles);
     __threadfence_block();  // the stop before the state
     atomicExch(state, s);
@@ -361,13 +365,13 @@ KVTILE_DEVICE void start_tail(const kernel_params& p, int cut, int base, int poo
   tw[tw_base] = cut >= 0 && base >= pool ? base : 0x7fffffff;
   tw[tw_cut] = cut;
   if (cut < 0 || base >= pool) return;
-  for (int i = 0; i < p.tail_pieces; ++i) tw[1 + i] = atomicCAS(piece_word(p, cut, i), 0, 1) == 2 ? 2 : 1;
+  for (int i = 0; i < p.tail_pieces; ++i) tw[1 + i] = claim_piece(p, cut, i);
 }
 // Thread 0 after the owner's tile loop (every warp done with it): the pieces
 // it never reached (the device length ends before them) are kept unless taken.
 KVTILE_DEVICE void close_tail(const kernel_params& p, int* tw) {
   for (int i = 0; i < p.tail_pieces; ++i)
-    if (tw[1 + i] == 0) tw[1 + i] = atomicCAS(piece_word(p, tw[tw_cut], i), 0, 1) == 2 ? 2 : 1;
+    if (tw[1 + i] == 0) tw[1 + i] = claim_piece(p, tw[tw_cut], i);
 }
 // Every thread: empty partials into the slots of the pieces the owner kept
 // (slot0: the chunk's slot; piece i's is slot0 + 1 + i).
