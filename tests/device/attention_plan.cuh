@@ -164,7 +164,8 @@ void plan_case(std::vector<int> lens, int kv_heads, int group, bool sink, const 
 // others (theft: pieces whose slot holds a partial with rows, not the
 // owner's empty one), run twice more. require_theft: at least one piece must
 // have been taken (not under the sanitizers, whose timing may run the CTAs
-// one after another).
+// one after another). Under a policy without tail pieces on this device (the
+// cp.async pools) the plan must list none, and the four runs are checked the same.
 template <class Codec, class Policy>
 void steal_case(std::vector<int> lens, int kv_heads, int group, int max_ctas, std::uint64_t seed, const char* name,
                 int shorten, bool require_theft) {
@@ -184,17 +185,34 @@ void steal_case(std::vector<int> lens, int kv_heads, int group, int max_ctas, st
   status s = plan.plan<Codec, Policy>(qc.view(), qc.lens.data(), st.a);
   check(s == status::success, std::string(name) + ": plan returns success (" + to_string(s) + ")");
   const auto& sc = plan.last_schedule();
-  check(plan.stage_pool() && sc.cuts > 0 && sc.tail_pieces > 0, std::string(name) + ": the stage pool with tail pieces");
-  // The pieces' slots: m of row 0 (finite: the piece ran on another CTA; -inf: kept, the owner's empty partial).
+  // Whether the policy selected on this device has tail pieces (detail::tails_on: the bulk-copy stage pools;
+  // the cp.async pools of decode_policy_sm80 / sm86 never get them, and their plans list none).
+  const bool tails = attention::detail::with_policy(
+      typename attention::detail::chain_of<Policy>::type{}, plan.policy(), [](auto tag) {
+        using P = typename decltype(tag)::type;
+        using tr = attention::quant_kernel_traits<Codec, P>;
+        if constexpr (!tr::fits) {
+          return false;
+        } else {
+          return attention::detail::tails_on<P, tr::pool>();
+        }
+      });
+  check(plan.stage_pool(), std::string(name) + ": the stage pool");
+  check((sc.cuts > 0 && sc.tail_pieces > 0) == tails,
+        std::string(name) + (tails ? ": the plan has tail pieces" : ": no tail pieces under this policy (cp.async pool)"));
+  // The pieces' slots: m of row 0 (finite: the piece ran on another CTA; -inf: kept, the owner's empty partial),
+  // read slot by slot (the workspace's other slots are never written).
   const attention::detail::ws_layout L = attention::detail::layout_for(
       c.num_seqs, kv_heads, st.a.q_heads, 0, plan.ctas(), Codec::D, attention::detail::max_group, 1);
   const int slot_rows = std::min(group, attention::detail::max_group);
   auto taken = [&] {
-    std::vector<float> ml(static_cast<std::size_t>(L.chunks) * slot_rows * 2);
-    ATTN_CUDA(cudaMemcpy(ml.data(), st.ws.p + L.ml, ml.size() * sizeof(float), cudaMemcpyDeviceToHost));
     int n = 0;
-    for (int i = sc.cta_begin[plan.ctas()]; i < sc.cta_begin[plan.ctas() + 1]; ++i)
-      n += ml[2 * static_cast<std::size_t>(sc.items[i].slot) * slot_rows] != -INFINITY;
+    for (int i = sc.cta_begin[plan.ctas()]; i < sc.cta_begin[plan.ctas() + 1]; ++i) {
+      float m = 0.0f;
+      ATTN_CUDA(cudaMemcpy(&m, st.ws.p + L.ml + sizeof(float) * 2 * static_cast<std::size_t>(sc.items[i].slot) * slot_rows,
+                           sizeof(float), cudaMemcpyDeviceToHost));
+      n += m != -INFINITY;
+    }
     return n;
   };
   const int pieces = sc.cta_begin[plan.ctas() + 1] - sc.cta_begin[plan.ctas()];
@@ -216,7 +234,7 @@ void steal_case(std::vector<int> lens, int kv_heads, int group, int max_ctas, st
                   t);
     check_step<Codec>(qc, st, mods{}, buf);
   }
-  if (require_theft) check(stolen > 0, std::string(name) + ": a CTA that finished early took pieces");
+  if (require_theft && tails) check(stolen > 0, std::string(name) + ": a CTA that finished early took pieces");
 }
 
 // A plan and the one-call path on separate workspaces: the one-call launch
